@@ -1,0 +1,1 @@
+"""Headless pipeline engine for warpdeck."""

@@ -1,0 +1,256 @@
+"""The backend contract: streams that run work in order, markers that say when it is done.
+
+The decision this module protects: both backends share one structure. A lane owns one
+single-thread executor per stream (fill, h2d, compute, d2h, sink), so work on a stream runs in
+submission order exactly as on a CUDA stream, and a job waits for its dependencies *inside* its
+stream, never on the event loop. On NumPy the job is the work itself; on CuPy the job enqueues
+the work on a CUDA stream and returns an event, so the marker is done when the event is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.tasks import Phase
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "DependencyFailed",
+    "DeviceEvent",
+    "Marker",
+    "MarkerTimeout",
+    "StreamSet",
+]
+
+
+class BackendError(RuntimeError):
+    """The backend cannot be used; ``reason`` says why in words a user can act on."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        self.backend = backend
+        self.reason = reason
+        super().__init__(f"backend {backend!r} unavailable: {reason}")
+
+
+class DependencyFailed(RuntimeError):
+    """A job was skipped because work it depended on failed."""
+
+
+class MarkerTimeout(TimeoutError):
+    """A marker was not done within its deadline (the stage may be hung)."""
+
+
+class DeviceEvent(Protocol):
+    """What a device backend returns from a job: something that finishes later."""
+
+    @property
+    def done(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class Marker:
+    """Completion of one job on one stream.
+
+    ``future`` finishes when the job has run on its executor; for device work it then holds a
+    ``DeviceEvent`` that finishes when the device has done the work. ``t0``/``t1`` are the
+    job's start and end on ``time.perf_counter``'s clock (device work: when it was enqueued and
+    when it was seen done, unless the backend times it).
+    """
+
+    phase: Phase
+    future: cf.Future[DeviceEvent | None]
+    t0: float = 0.0
+    t1: float = 0.0
+
+    def done(self) -> bool:
+        """True once the work is finished (successfully or not); never blocks."""
+        if not self.future.done():
+            return False
+        if self.future.exception() is not None:
+            return True
+        ev = self.future.result()
+        if ev is None or ev.done:
+            if ev is not None and not self.t1:
+                self.t1 = time.perf_counter()
+            return True
+        return False
+
+    def released(self) -> Marker:
+        """A marker for "the buffer this job used is free again": done when this job is, and
+        never failed (a failed job frees its buffer too), so later users of the buffer only
+        wait, and do not inherit the failure."""
+        proxy = Marker(self.phase, cf.Future())
+        chain_release(self, proxy)
+        return proxy
+
+    def failed(self) -> BaseException | None:
+        """The job's exception, if it finished with one."""
+        return self.future.exception() if self.future.done() else None
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Wait from asyncio without blocking the loop; raises the job's exception, or
+        ``MarkerTimeout`` after ``timeout`` seconds."""
+        try:
+            ev = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.future)), timeout)
+        except TimeoutError:
+            raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
+        if ev is None or ev.done:
+            if ev is not None and not self.t1:
+                self.t1 = time.perf_counter()
+            return
+        # Device work: poll the event with backoff (CUDA events have no asyncio hook).
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        delay = 20e-6
+        while not ev.done:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2e-3)
+        if not self.t1:
+            self.t1 = time.perf_counter()
+
+
+def pending_marker(phase: Phase) -> Marker:
+    """A release marker for a job not yet submitted; ``chain_release`` or ``free`` ends it."""
+    return Marker(phase, cf.Future())
+
+
+def chain_release(job: Marker, release: Marker) -> None:
+    """Resolve ``release`` when ``job`` finishes: with its device event, or free on failure
+    (a failed device job leaves the event it recorded on the exception, if it got that far)."""
+
+    def done(f: cf.Future[DeviceEvent | None]) -> None:
+        exc = f.exception()
+        ev = getattr(exc, "warpdeck_event", None) if exc is not None else f.result()
+        if not release.future.done():
+            release.future.set_result(ev)
+
+    job.future.add_done_callback(done)
+
+
+def free(release: Marker) -> None:
+    """Mark a release marker free without any job (the job was never submitted)."""
+    if not release.future.done():
+        release.future.set_result(None)
+
+
+def done_marker(phase: Phase) -> Marker:
+    """A marker that is already done: the release marker of a never-used buffer."""
+    fut: cf.Future[DeviceEvent | None] = cf.Future()
+    fut.set_result(None)
+    return Marker(phase, fut)
+
+
+class StreamSet:
+    """The five ordered executors of one lane. Jobs run in submission order per stream; each
+    first waits for its dependency markers (within its own thread, as a CUDA stream would)."""
+
+    def __init__(self, lane: int, on_device: Callable[[Marker, Sequence[Marker]], None] | None = None) -> None:
+        self._pools = {
+            p: cf.ThreadPoolExecutor(1, thread_name_prefix=f"warpdeck-lane{lane}-{p.name.lower()}")
+            for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
+        }
+        self._on_device = on_device
+        self._closed = threading.Event()
+
+    def submit(self, phase: Phase, job: Callable[[], DeviceEvent | None],
+               deps: Sequence[Marker] = (), device_deps: bool = False) -> Marker:
+        """Run ``job`` on ``phase``'s stream after ``deps``.
+
+        With ``device_deps`` the job only waits for the dependencies' *submission* and leaves
+        the device-side ordering to the backend's ``wait_events`` (CuPy: ``stream.wait_event``).
+        """
+        marker = Marker(phase, cf.Future())
+
+        def run() -> DeviceEvent | None:
+            for d in deps:
+                exc = _wait_submitted(d) if device_deps else _wait_done(d)
+                if exc is not None:
+                    raise DependencyFailed(f"{d.phase.name.lower()} failed: {exc!r}") from exc
+            marker.t0 = time.perf_counter()
+            ev = job()
+            if ev is None:
+                marker.t1 = time.perf_counter()
+            return ev
+
+        marker.future = self._pools[phase].submit(run)
+        return marker
+
+    def close(self) -> None:
+        """Stop accepting work and wait for running jobs."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _wait_submitted(d: Marker) -> BaseException | None:
+    cf.wait([d.future])
+    return d.future.exception()
+
+
+def _wait_done(d: Marker) -> BaseException | None:
+    cf.wait([d.future])
+    exc = d.future.exception()
+    if exc is not None:
+        return exc
+    ev = d.future.result()
+    delay = 20e-6
+    while ev is not None and not ev.done:
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
+    return None
+
+
+class Backend(Protocol):
+    """Buffers and copies for one device. ``xp`` is the array module stage functions get."""
+
+    name: str
+    xp: ModuleType
+    device_name: str
+    #: Why this backend was chosen (``auto`` explains a fallback here).
+    reason: str
+
+    def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """A host staging buffer (pinned on a GPU), allocated once per slot."""
+        ...
+
+    def device_buffer(self, nbytes: int) -> Any:
+        """A device buffer (``xp`` array of uint8), allocated once per slot."""
+        ...
+
+    def view(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """``buf`` seen as an array of ``shape``/``dtype`` (no copy)."""
+        ...
+
+    def streams(self, lane: int) -> StreamSet:
+        """The executors of one lane."""
+        ...
+
+    def h2d(self, streams: StreamSet, dst: Any, src: npt.NDArray[Any], deps: Sequence[Marker]) -> Marker:
+        """Copy host ``src`` into device ``dst`` on the lane's h2d stream."""
+        ...
+
+    def compute(self, streams: StreamSet, fn: Callable[[], None], deps: Sequence[Marker]) -> Marker:
+        """Run ``fn`` (which calls the stage functions) on the compute stream."""
+        ...
+
+    def d2h(self, streams: StreamSet, dst: npt.NDArray[Any], src: Any, deps: Sequence[Marker]) -> Marker:
+        """Copy device ``src`` into host ``dst`` on the lane's d2h stream."""
+        ...
+
+    def close(self) -> None:
+        """Release device resources."""
+        ...

@@ -1,0 +1,287 @@
+"""The pipeline spec: one pydantic tree, read from TOML, checked completely before any work starts.
+
+The decision this module protects: a bad spec fails before the first task, with the file, the
+field's path and what was expected, and so does a ``module:function`` that cannot be imported.
+Nothing downstream re-validates; the engine trusts a ``PipelineSpec`` it is handed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "CallableSink",
+    "CallableSource",
+    "FeederSpec",
+    "NpyDirSink",
+    "NpyDirSource",
+    "NullSink",
+    "PipelineSpec",
+    "RetrySpec",
+    "SpecError",
+    "SpecIssue",
+    "StageSpec",
+    "SyntheticSource",
+    "load_spec",
+    "parse_spec",
+    "resolve_target",
+]
+
+_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+           "complex64", "complex128")
+Dtype = Literal["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                "complex64", "complex128"]
+Target = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+Shape = Annotated[tuple[Annotated[int, Field(ge=1)], ...], Field(max_length=8)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class SyntheticSource(_Model):
+    """Seeded random inputs: reproducible, no files needed."""
+
+    kind: Literal["synthetic"]
+    count: int = Field(ge=1, le=1_000_000_000)
+    """How many tasks to generate."""
+    shape: Shape
+    """Shape of one task's input."""
+    dtype: Dtype = "float32"
+    """Element type of the inputs."""
+    seed: int = 0
+    """Task i's input is drawn from a generator seeded with (seed, i)."""
+
+
+class NpyDirSource(_Model):
+    """A directory of ``.npy`` files, one task per file, keyed by the file's stem."""
+
+    kind: Literal["npy_dir"]
+    path: Path
+    """Directory to read; relative paths resolve against the spec file's directory."""
+    glob: str = "*.npy"
+    """Which files in it are inputs."""
+    shape: Shape | None = None
+    """Expected shape of every input; when absent the first file's shape is taken."""
+    dtype: Dtype | None = None
+    """Expected dtype of every input; when absent the first file's dtype is taken."""
+
+
+class CallableSource(_Model):
+    """Python code that yields the inputs: ``target()`` returns an iterable of arrays or
+    ``(key, array)`` pairs."""
+
+    kind: Literal["callable"]
+    target: Target
+    """``module:function`` returning the iterable."""
+
+
+class NpyDirSink(_Model):
+    """Write each output to ``<path>/<key>.npy`` through a temp file and an atomic rename."""
+
+    kind: Literal["npy_dir"]
+    path: Path = Path("outputs")
+    """Output directory; a relative path resolves inside the run directory."""
+
+
+class CallableSink(_Model):
+    """Hand each output to ``target(key, array)``; the array is only valid during the call."""
+
+    kind: Literal["callable"]
+    target: Target
+    """``module:function`` to call once per task."""
+
+
+class NullSink(_Model):
+    """Discard outputs (benchmarks, dry runs)."""
+
+    kind: Literal["null"]
+
+
+class StageSpec(_Model):
+    """One stage function ``fn(xp, inp, out)``, run on the compute stream."""
+
+    fn: Target
+    """``module:function``; the same code runs with xp = numpy or cupy."""
+    deadline_s: float = Field(default=60.0, gt=0)
+    """A batch in this stage longer than this is reported hung."""
+    out_shape: Shape | None = None
+    """Per-task output shape; default: the function's ``out_spec`` or else the input shape."""
+    out_dtype: Dtype | None = None
+    """Per-task output dtype; default: the function's ``out_spec`` or else the input dtype."""
+
+
+class RetrySpec(_Model):
+    """What happens when a task's attempt fails."""
+
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    """Attempts per task before it is failed for good (1 = no retry)."""
+    isolate: bool = True
+    """Retry the tasks of a failed batch one by one, so one bad input fails alone."""
+
+
+class FeederSpec(_Model):
+    """How the ready queue is kept full."""
+
+    low_watermark: int | None = Field(default=None, ge=1)
+    """Refill the ready queue when it falls to this many tasks (default: 2 batches)."""
+    high_watermark: int | None = Field(default=None, ge=1)
+    """Stop pulling from the source at this many ready tasks (default: 8 batches)."""
+    auto_depth: bool = True
+    """Deepen lanes' slot rings while their bottleneck waits for input (tf.data AUTOTUNE style)."""
+    max_depth: int = Field(default=8, ge=2, le=64)
+    """Deepest slot ring the auto-tuner may reach."""
+    memory_budget_mb: float = Field(default=1024.0, gt=0)
+    """Host and device memory all slot buffers together may use."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FeederSpec:
+        if self.low_watermark and self.high_watermark and self.low_watermark >= self.high_watermark:
+            raise ValueError("low_watermark must be below high_watermark")
+        return self
+
+
+class PipelineSpec(_Model):
+    """A whole pipeline: where tasks come from, what runs on them, where results go."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    """Pipeline name: used in topics, the run directory and the report."""
+    source: Annotated[SyntheticSource | NpyDirSource | CallableSource, Field(discriminator="kind")]
+    """Where tasks come from."""
+    sink: Annotated[NpyDirSink | CallableSink | NullSink, Field(discriminator="kind")] = NpyDirSink(kind="npy_dir")
+    """Where outputs go."""
+    stages: tuple[StageSpec, ...] = Field(min_length=1)
+    """Stage functions, run in order inside the compute phase."""
+    batch_size: int = Field(default=64, ge=1, le=1 << 20)
+    """Tasks per batch."""
+    slot_depth: int = Field(default=2, ge=2, le=64)
+    """Slots per lane ring (k); 2 is double buffering."""
+    lanes: int = Field(default=1, ge=1, le=64)
+    """Independent lanes per device."""
+    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    """Array backend; auto picks cupy when a device answers and says why when it does not."""
+    retry: RetrySpec = RetrySpec()
+    """Retry policy."""
+    feeder: FeederSpec = FeederSpec()
+    """Ready-queue watermarks and automatic prefetch depth."""
+    batch_timeout_s: float = Field(default=0.05, ge=0)
+    """A partial batch is sent after waiting this long for more tasks of its key."""
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _stage_list(cls, v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _depth_in_range(self) -> PipelineSpec:
+        if self.feeder.auto_depth and self.feeder.max_depth < self.slot_depth:
+            raise ValueError("feeder.max_depth must be at least slot_depth")
+        return self
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One thing wrong with a spec: where (dotted path) and what was expected."""
+
+    loc: str
+    message: str
+    got: str = ""
+
+    def __str__(self) -> str:
+        got = f" (got {self.got})" if self.got else ""
+        return f"{self.loc}: {self.message}{got}"
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; ``issues`` lists every problem found, each with its field path."""
+
+    def __init__(self, file: str, issues: list[SpecIssue]) -> None:
+        self.file = file
+        self.issues = issues
+        lines = "\n".join(f"  {i}" for i in issues)
+        super().__init__(f"{file}: invalid pipeline spec\n{lines}")
+
+
+def _issues(err: ValidationError) -> list[SpecIssue]:
+    out = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) else repr(got)[:60]
+        out.append(SpecIssue(loc or "(top level)", e["msg"], shown))
+    return out
+
+
+# pydantic puts the discriminator's value into the location of union errors; it adds nothing.
+_UNION_TAGS = {"synthetic", "npy_dir", "callable", "null"}
+
+
+def resolve_target(target: str, search: Path | None = None) -> Callable[..., Any]:
+    """Import ``module:function`` and return it; ``search`` is tried first for local modules."""
+    module_name, _, attr = target.partition(":")
+    if search is not None and str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+        raise LookupError(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise LookupError(f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise LookupError(f"{target} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
+    places: list[tuple[str, str]] = [(f"stages.{i}.fn", s.fn) for i, s in enumerate(spec.stages)]
+    if isinstance(spec.source, CallableSource):
+        places.append(("source.target", spec.source.target))
+    if isinstance(spec.sink, CallableSink):
+        places.append(("sink.target", spec.sink.target))
+    issues = []
+    for loc, target in places:
+        try:
+            resolve_target(target, base)
+        except LookupError as exc:
+            issues.append(SpecIssue(loc, str(exc), repr(target)))
+    if issues:
+        raise SpecError(file, issues)
+
+
+def parse_spec(data: dict[str, Any], file: str = "<spec>", base: Path | None = None) -> PipelineSpec:
+    """Validate a spec mapping, resolve relative source paths against ``base`` and check that
+    every ``module:function`` imports. Raises ``SpecError`` listing every problem."""
+    try:
+        spec = PipelineSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(file, _issues(err)) from None
+    if base is not None and isinstance(spec.source, NpyDirSource) and not spec.source.path.is_absolute():
+        spec = spec.model_copy(update={"source": spec.source.model_copy(update={"path": base / spec.source.path})})
+    _check_targets(spec, base, file)
+    return spec
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    """Read and validate a TOML spec file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(str(p), [SpecIssue("(file)", f"cannot read: {exc.strerror or exc}")]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(str(p), [SpecIssue("(toml)", str(exc))]) from None
+    return parse_spec(data, str(p), p.resolve().parent)
+
+
+DTYPE_NAMES: tuple[str, ...] = _DTYPES

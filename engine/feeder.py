@@ -1,0 +1,179 @@
+"""The feeder keeps the ready queue between its watermarks; the depth tuner keeps lanes fed.
+
+The decisions this module protects:
+- The source is pulled off the event loop in chunks, only when the ready queue has fallen to the
+  low watermark, and only up to the high one; a slow or infinite source never floods memory.
+- Backpressure from the sink: while lanes report their outputs blocked, the feeder refills only
+  to the low watermark, so a slow sink does not pile admitted work up behind it.
+- Operator control (pause, drain) is state here; the dispatcher and lanes read it.
+- Prefetch depth is tuned the way tf.data's AUTOTUNE tunes buffers: grow a lane's slot ring while
+  its bottleneck phase sits idle (jitter the ring could absorb) and the memory budget allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from warpdeck.engine.batching import ReadyQueue
+from warpdeck.engine.sources import Source, TaskInput
+from warpdeck.engine.tasks import TaskTable
+
+__all__ = ["DepthTuner", "Feeder", "FeederState", "TunerDecision"]
+
+
+class FeederState(enum.StrEnum):
+    """What the feeder is doing, as the control room shows it."""
+
+    FILLING = "filling"
+    FULL = "full"
+    BACKPRESSURE = "backpressure"
+    PAUSED = "paused"
+    DRAINING = "draining"
+    EXHAUSTED = "exhausted"
+
+
+class Feeder:
+    """Admits tasks from ``source`` into ``table`` and ``ready``."""
+
+    def __init__(self, source: Source, table: TaskTable, ready: ReadyQueue, low: int, high: int,
+                 on_admit: Callable[[], None] = lambda: None) -> None:
+        if not 0 < low < high:
+            raise ValueError(f"watermarks must satisfy 0 < low < high (got low={low}, high={high})")
+        self.source = source
+        self.table = table
+        self.ready = ready
+        self.low = low
+        self.high = high
+        self.handles: dict[int, TaskInput] = {}
+        self.paused = False
+        self.draining = False
+        self.exhausted = False
+        self.backpressure = False
+        self.pulls = 0
+        self.pull_seconds = 0.0
+        self._it: Iterator[TaskInput] | None = None
+        self._wake = asyncio.Event()
+        self._on_admit = on_admit
+        self.failed_on_admit: list[tuple[int, str]] = []
+
+    @property
+    def state(self) -> FeederState:
+        if self.draining:
+            return FeederState.DRAINING
+        if self.paused:
+            return FeederState.PAUSED
+        if self.exhausted:
+            return FeederState.EXHAUSTED
+        if self.backpressure:
+            return FeederState.BACKPRESSURE
+        return FeederState.FULL if len(self.ready) >= self.target else FeederState.FILLING
+
+    @property
+    def target(self) -> int:
+        """How full the ready queue is kept now: the low watermark under backpressure."""
+        return self.low if self.backpressure else self.high
+
+    def wanted(self) -> int:
+        """How many tasks to pull now: none above the low watermark, else up to the target."""
+        if self.exhausted or self.draining:
+            return 0
+        n = len(self.ready)
+        return self.target - n if n <= self.low else 0
+
+    def poke(self) -> None:
+        """Something changed (a batch was taken, backpressure moved): re-check the watermarks."""
+        self._wake.set()
+
+    def set_watermarks(self, low: int, high: int) -> None:
+        """Move the watermarks (the depth tuner widens them with the rings)."""
+        if 0 < low < high:
+            self.low, self.high = low, high
+            self.poke()
+
+    def _pull(self, n: int) -> list[TaskInput]:
+        if self._it is None:
+            self._it = self.source.items()
+        out: list[TaskInput] = []
+        for item in self._it:
+            out.append(item)
+            if len(out) >= n:
+                break
+        return out
+
+    def admit(self, items: list[TaskInput]) -> None:
+        """Add pulled items to the table and the ready queue."""
+        rows = self.table.add([t.key for t in items], [t.batch_key.nbytes for t in items])
+        for row, item in zip(rows.tolist(), items, strict=True):
+            if item.error:
+                self.failed_on_admit.append((row, item.error))
+                continue
+            self.handles[row] = item
+            self.ready.put(row, item)
+        self._on_admit()
+
+    async def step(self) -> int:
+        """One pull if the watermarks ask for it; returns how many tasks were admitted."""
+        n = self.wanted()
+        if n <= 0:
+            return 0
+        t0 = time.perf_counter()
+        items = await asyncio.to_thread(self._pull, n)
+        self.pull_seconds += time.perf_counter() - t0
+        self.pulls += 1
+        if len(items) < n:
+            self.exhausted = True
+        if items:
+            self.admit(items)
+        elif self.exhausted:
+            self._on_admit()
+        return len(items)
+
+    async def run(self) -> None:
+        """Keep the ready queue between the watermarks until the source is exhausted or drained."""
+        while not (self.exhausted or self.draining):
+            if await self.step() == 0:
+                self._wake.clear()
+                if self.wanted() <= 0:
+                    await self._wake.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class TunerDecision:
+    """One decision of the depth tuner and the figures it was made from."""
+
+    lane: int
+    depth: int
+    idle_fraction: float
+    reason: str
+
+
+class DepthTuner:
+    """Grows a lane's ring while its bottleneck phase idles, within a memory budget.
+
+    Each window of ``window`` batches, the lane reports the bottleneck phase's busy time and
+    the span it covered; idle = 1 - busy/span. Idle above ``idle_threshold`` with every phase's
+    mean below the bottleneck's means jitter, not a slower phase, so a deeper ring helps; grow
+    one slot, then watch another window. Never above ``max_depth`` or the budget.
+    """
+
+    def __init__(self, max_depth: int, budget_bytes: int, idle_threshold: float = 0.02, window: int = 16) -> None:
+        self.max_depth = max_depth
+        self.budget_bytes = budget_bytes
+        self.idle_threshold = idle_threshold
+        self.window = window
+        self.decisions: list[TunerDecision] = []
+
+    def decide(self, lane: int, depth: int, idle_fraction: float, slot_bytes: int, used_bytes: int) -> int:
+        """The depth to use next given one window's measurements."""
+        if idle_fraction <= self.idle_threshold or depth >= self.max_depth:
+            return depth
+        if used_bytes + slot_bytes > self.budget_bytes:
+            if not self.decisions or self.decisions[-1].reason != "budget":
+                self.decisions.append(TunerDecision(lane, depth, idle_fraction, "budget"))
+            return depth
+        self.decisions.append(TunerDecision(lane, depth + 1, idle_fraction, "bottleneck idle"))
+        return depth + 1

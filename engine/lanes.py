@@ -1,0 +1,481 @@
+"""Lanes: a ring of slots and the flow of one batch through fill, h2d, compute, d2h and sink.
+
+The decisions this module protects:
+- A slot holds four buffers (pinned input, device input, device output, pinned output), each
+  allocated once and each released on its own: a phase may write a buffer only when the phase
+  that last read it (for the previous batch on that slot) is done. With k = 2 every phase
+  overlaps every other, and a slot is never overwritten before it was read.
+- After fill, a batch's device work (h2d, compute, d2h) is submitted at once with its
+  dependencies; the device streams order it, so the host never waits between phases. Small
+  watcher coroutines follow the markers in order and move the tasks' phases.
+- The lane never touches the task table: it reports to its ``LaneHost`` (the scheduler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from warpdeck.engine.backends.base import (
+    Backend,
+    Marker,
+    MarkerTimeout,
+    StreamSet,
+    chain_release,
+    done_marker,
+    free,
+    pending_marker,
+)
+from warpdeck.engine.batching import Batch
+from warpdeck.engine.sources import BatchKey, Source
+from warpdeck.engine.sinks import Sink
+from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
+
+__all__ = ["BatchRecord", "Lane", "LaneHost", "Slot", "StagePlan"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """The stage functions for one batching key and the shape/dtype after each of them."""
+
+    fns: tuple[Callable[..., Any], ...]
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[np.dtype[Any], ...]
+    deadline_s: float
+
+    @property
+    def out_nbytes(self) -> int:
+        """Bytes of one task's final output."""
+        return int(np.prod(self.shapes[-1], dtype=np.int64)) * self.dtypes[-1].itemsize
+
+    def mid_nbytes(self, i: int) -> int:
+        """Bytes of one task's output of stage ``i``."""
+        return int(np.prod(self.shapes[i + 1], dtype=np.int64)) * self.dtypes[i + 1].itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """What one batch did, for the timeline and every figure of merit.
+
+    ``phases`` holds (start, end) per phase in RUN_PHASES order, on ``time.perf_counter``'s
+    clock; (0, 0) for a phase the batch never reached."""
+
+    batch: int
+    lane: int
+    slot: int
+    tasks: int
+    key: str
+    formed: float
+    phases: tuple[tuple[float, float], ...]
+    ok: bool
+    nbytes: int
+
+    def duration(self, phase: Phase) -> float:
+        t0, t1 = self.phases[phase - 1]
+        return max(0.0, t1 - t0)
+
+    @property
+    def end(self) -> float:
+        return max(t1 for _, t1 in self.phases)
+
+    @property
+    def start(self) -> float:
+        starts = [t0 for t0, _ in self.phases if t0]
+        return min(starts) if starts else self.formed
+
+
+class LaneHost(Protocol):
+    """What a lane reports to: the scheduler, which owns the task table."""
+
+    async def next_batch(self, lane: Lane) -> Batch | None:
+        """The next batch for ``lane``, or None when the run is over for it."""
+        ...
+
+    def on_started(self, batch: Batch) -> None: ...
+
+    def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
+        """Fail the tasks whose input could not be loaded; returns the batch of the rest."""
+        ...
+
+    def on_phase(self, batch: Batch, phase: Phase) -> None: ...
+
+    def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None: ...
+
+    def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None: ...
+
+    def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None: ...
+
+    def on_record(self, record: BatchRecord) -> None: ...
+
+
+class _Buf:
+    """One buffer of a slot: grows (rarely) only while free."""
+
+    __slots__ = ("buf", "cap", "holder", "release")
+
+    def __init__(self, phase: Phase) -> None:
+        self.buf: Any = None
+        self.cap = 0
+        self.holder = -1
+        self.release: Marker = done_marker(phase)
+
+
+@dataclass(eq=False)
+class Slot:
+    """Four buffers; ``release`` of each is the marker of the phase that last read it."""
+
+    index: int
+    host_in: _Buf = field(default_factory=lambda: _Buf(Phase.H2D))
+    dev_in: _Buf = field(default_factory=lambda: _Buf(Phase.COMPUTE))
+    dev_out: _Buf = field(default_factory=lambda: _Buf(Phase.D2H))
+    host_out: _Buf = field(default_factory=lambda: _Buf(Phase.SINK))
+    mids: list[_Buf] = field(default_factory=list)
+    newest: int = -1
+    newest_phase: Phase = Phase.NONE
+
+    def buffers(self) -> tuple[_Buf, _Buf, _Buf, _Buf]:
+        return (self.host_in, self.dev_in, self.dev_out, self.host_out)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.cap for b in self.buffers()) + sum(m.cap for m in self.mids)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    batch: Batch
+    slot: Slot
+    plan: StagePlan
+    fill: Marker
+    h2d: Marker
+    compute: Marker
+    d2h: Marker
+    sink_release: Marker
+    #: Release of the pinned output by the previous batch on this slot (its sink).
+    out_wait: Marker
+    host_out: Any
+    sink: Marker | None = None
+    error: tuple[Phase, BaseException] | None = None
+
+
+_STOP = None
+
+
+class Lane:
+    """One pipeline instance on a device: a slot ring of depth k and five ordered streams."""
+
+    def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
+                 sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int) -> None:
+        self.id = lane_id
+        self.batch_size = batch_size
+        self.backend = backend
+        self.host = host
+        self.source = source
+        self.sink = sink
+        self.plan_for = plan_for
+        self.streams: StreamSet = backend.streams(lane_id)
+        self.ring: list[Slot] = [Slot(i) for i in range(depth)]
+        self._ptr = 0
+        self._next_index = depth
+        self._last_compute: Marker | None = None
+        self.status = "starting"
+        self.output_blocked = False
+        self.batches_done = 0
+        self.reallocations = 0
+        self._q: list[asyncio.Queue[_InFlight | None]] = [asyncio.Queue() for _ in range(4)]
+
+    # -- ring -------------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self.ring)
+
+    def set_depth(self, depth: int) -> None:
+        """Grow or shrink the ring; new slots are used next, removed ones finish their batches."""
+        depth = max(2, depth)
+        while len(self.ring) < depth:
+            self.ring.insert(self._ptr, Slot(self._next_index))
+            self._next_index += 1
+        if len(self.ring) > depth:
+            keep = [self.ring[(self._ptr + i) % len(self.ring)] for i in range(depth)]
+            self.ring, self._ptr = keep, 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by this lane's slot buffers."""
+        return sum(s.nbytes for s in self.ring)
+
+    def _next_slot(self) -> Slot:
+        slot = self.ring[self._ptr % len(self.ring)]
+        self._ptr = (self._ptr + 1) % len(self.ring)
+        return slot
+
+    def _ensure(self, b: _Buf, nbytes: int, device: bool) -> None:
+        if b.cap >= nbytes:
+            return
+        if b.cap:
+            self.reallocations += 1
+        b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
+        b.cap = nbytes
+
+    # -- run --------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Process batches until the host has none; then wait for every batch in flight."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._front(), name=f"lane{self.id}-front")
+                tg.create_task(self._watch(0, Phase.H2D, Phase.COMPUTE), name=f"lane{self.id}-h2d")
+                tg.create_task(self._watch(1, Phase.COMPUTE, Phase.D2H), name=f"lane{self.id}-compute")
+                tg.create_task(self._watch(2, Phase.D2H, Phase.SINK), name=f"lane{self.id}-d2h")
+                tg.create_task(self._watch_sink(), name=f"lane{self.id}-sink")
+        finally:
+            self.status = "stopped"
+            for slot in self.ring:
+                for b in slot.buffers():
+                    free(b.release)
+            await asyncio.to_thread(self.streams.close)
+
+    async def _front(self) -> None:
+        try:
+            while True:
+                slot = self._next_slot()
+                self.status = "waiting for slot"
+                await slot.host_in.release.wait()
+                self.status = "waiting for input"
+                batch = await self.host.next_batch(self)
+                if batch is None:
+                    return
+                await self._start(batch, slot)
+        finally:
+            await self._q[0].put(_STOP)
+
+    async def _start(self, batch: Batch, slot: Slot) -> None:
+        batch.lane, batch.slot = self.id, slot.index
+        self.host.on_started(batch)
+        plan = self.plan_for(batch.key)
+        n = len(batch)
+        in_shape = (n, *batch.key.shape)
+        in_dtype = np.dtype(batch.key.dtype)
+        in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
+        self._ensure(slot.host_in, in_bytes, device=False)
+        host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
+        slot.newest, slot.newest_phase = batch.id, Phase.FILL
+        slot.host_in.holder = batch.id
+        self.status = "filling"
+        items = batch.items
+        source = self.source
+
+        def fill() -> list[BaseException | None]:
+            errors = source.load(items, host_in)
+            good = [j for j, e in enumerate(errors) if e is None]
+            if len(good) < len(errors) and good:
+                host_in[: len(good)] = host_in[good]
+            return errors
+
+        fill_m = self.streams.submit(Phase.FILL, fill)  # type: ignore[arg-type]
+        await self._await_fill(fill_m, batch)
+        exc = fill_m.failed()
+        if exc is not None:
+            self._fail_early(batch, slot, fill_m, Phase.FILL, exc)
+            return
+        errors: list[BaseException | None] = fill_m.future.result()  # type: ignore[assignment]
+        if any(e is not None for e in errors):
+            batch = self.host.on_filled(batch, errors)
+            if len(batch) == 0:
+                return
+            n = len(batch)
+            in_shape = (n, *batch.key.shape)
+            host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
+        # A buffer grows only while free; waiting here is rare (a larger key than before).
+        for b, need in ((slot.dev_in, in_bytes), (slot.dev_out, out_bytes), (slot.host_out, out_bytes)):
+            if b.cap < need:
+                await b.release.wait()
+        self.host.on_phase(batch, Phase.H2D)
+        self._submit_device(batch, slot, plan, fill_m, host_in, in_shape, in_dtype)
+
+    def batch_bytes(self, key: BatchKey, plan: StagePlan) -> tuple[int, int]:
+        """Bytes of a full batch's input and output buffers for ``key``."""
+        return self.batch_size * key.nbytes, self.batch_size * plan.out_nbytes
+
+    async def _await_fill(self, fill_m: Marker, batch: Batch) -> None:
+        """Wait for fill; if the device runs dry meanwhile, the batch's tasks are memory-stalled."""
+        prev = self._last_compute
+        if prev is None or prev.done():
+            await fill_m.wait()
+            return
+        fill_w = asyncio.ensure_future(fill_m.wait())
+        prev_w = asyncio.ensure_future(prev.wait())
+        try:
+            await asyncio.wait({fill_w, prev_w}, return_when=asyncio.FIRST_COMPLETED)
+            if not fill_w.done():
+                self.host.on_stall(batch, StallReason.MEMORY, "device idle, waiting for this batch's fill")
+                await asyncio.wait({fill_w})
+        finally:
+            prev_w.cancel()
+            with contextlib.suppress(BaseException):
+                await prev_w
+            with contextlib.suppress(BaseException):
+                await fill_w
+
+    def _submit_device(self, batch: Batch, slot: Slot, plan: StagePlan, fill_m: Marker, host_in: Any,
+                       in_shape: tuple[int, ...], in_dtype: np.dtype[Any]) -> None:
+        be = self.backend
+        n = in_shape[0]
+        in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
+        self._ensure(slot.dev_in, in_bytes, True)
+        self._ensure(slot.dev_out, out_bytes, True)
+        self._ensure(slot.host_out, out_bytes, False)
+        while len(slot.mids) < len(plan.fns) - 1:
+            slot.mids.append(_Buf(Phase.COMPUTE))
+        for i, m in enumerate(slot.mids[: len(plan.fns) - 1]):
+            self._ensure(m, self.batch_size * plan.mid_nbytes(i), True)
+        dev_in = be.view(slot.dev_in.buf, in_shape, in_dtype)
+        out_shape = (n, *plan.shapes[-1])
+        dev_out = be.view(slot.dev_out.buf, out_shape, plan.dtypes[-1])
+        host_out = be.view(slot.host_out.buf, out_shape, plan.dtypes[-1])
+        views = [dev_in]
+        for i in range(len(plan.fns) - 1):
+            views.append(be.view(slot.mids[i].buf, (n, *plan.shapes[i + 1]), plan.dtypes[i + 1]))
+        views.append(dev_out)
+        xp = be.xp
+        fns = plan.fns
+
+        def compute() -> None:
+            for i, fn in enumerate(fns):
+                fn(xp, views[i], views[i + 1])
+
+        h2d_m = be.h2d(self.streams, dev_in, host_in, [slot.dev_in.release])
+        slot.host_in.release = h2d_m.released()
+        comp_m = be.compute(self.streams, compute, [h2d_m, slot.dev_out.release])
+        slot.dev_in.release = comp_m.released()
+        slot.dev_in.holder = batch.id
+        sink_release = pending_marker(Phase.SINK)
+        out_wait = slot.host_out.release
+        d2h_m = be.d2h(self.streams, host_out, dev_out, [comp_m, out_wait])
+        slot.dev_out.release = d2h_m.released()
+        slot.dev_out.holder = batch.id
+        slot.host_out.release = sink_release
+        slot.host_out.holder = batch.id
+        slot.newest_phase = Phase.H2D
+        self._last_compute = comp_m
+        self._q[0].put_nowait(_InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release,
+                                        out_wait, host_out))
+
+    def _fail_early(self, batch: Batch, slot: Slot, fill_m: Marker, phase: Phase, exc: BaseException) -> None:
+        self.host.on_failed(batch, phase, exc)
+        self.host.on_record(self._record(batch, slot, [fill_m], ok=False))
+
+    async def _watch(self, qi: int, phase: Phase, next_phase: Phase) -> None:
+        q_in, q_out = self._q[qi], self._q[qi + 1]
+        try:
+            while (item := await q_in.get()) is not None:
+                marker = {Phase.H2D: item.h2d, Phase.COMPUTE: item.compute, Phase.D2H: item.d2h}[phase]
+                if item.error is None:
+                    try:
+                        await self._wait_phase(item, marker, phase)
+                    except Exception as exc:  # noqa: BLE001 - the batch fails, the lane goes on
+                        item.error = (phase, _root(exc))
+                else:
+                    with contextlib.suppress(Exception):
+                        await marker.wait()
+                if item.error is None:
+                    item.slot.newest_phase = next_phase if item.slot.newest == item.batch.id else item.slot.newest_phase
+                    self.host.on_phase(item.batch, next_phase)
+                    if phase is Phase.COMPUTE:
+                        await self._wait_output_room(item)
+                    if phase is Phase.D2H:
+                        self._submit_sink(item)
+                await q_out.put(item)
+        finally:
+            await q_out.put(_STOP)
+
+    async def _wait_phase(self, item: _InFlight, marker: Marker, phase: Phase) -> None:
+        if phase is not Phase.COMPUTE:
+            await marker.wait()
+            return
+        try:
+            await marker.wait(item.plan.deadline_s)
+        except MarkerTimeout:
+            self.host.on_stall(item.batch, StallReason.HUNG, f"compute past its {item.plan.deadline_s:g}s deadline")
+            await marker.wait()
+            self.host.on_stall(item.batch, StallReason.NONE)
+
+    async def _wait_output_room(self, item: _InFlight) -> None:
+        """Compute is done; if d2h cannot start because the sink still reads the pinned output,
+        the batch is blocked by its downstream: backpressure."""
+        if item.out_wait.done():
+            return
+        self.output_blocked = True
+        self.host.on_stall(item.batch, StallReason.BACKPRESSURE, "waiting for the sink to free an output slot")
+        try:
+            await item.out_wait.wait()
+        finally:
+            self.output_blocked = False
+            self.host.on_stall(item.batch, StallReason.NONE)
+
+    def _submit_sink(self, item: _InFlight) -> None:
+        host_out = item.host_out
+        sink = self.sink
+        keys = [t.key for t in item.batch.items]
+
+        def write() -> list[BaseException | None]:
+            errors: list[BaseException | None] = []
+            for j, key in enumerate(keys):
+                try:
+                    sink.write(key, host_out[j])
+                    errors.append(None)
+                except Exception as exc:  # noqa: BLE001 - per task
+                    errors.append(exc)
+            return errors
+
+        item.sink = self.streams.submit(Phase.SINK, write)  # type: ignore[arg-type]
+        chain_release(item.sink, item.sink_release)
+
+    async def _watch_sink(self) -> None:
+        q = self._q[3]
+        while (item := await q.get()) is not None:
+            markers = [item.fill, item.h2d, item.compute, item.d2h]
+            if item.error is not None or item.sink is None:
+                free(item.sink_release)
+                phase, exc = item.error or (Phase.SINK, RuntimeError("sink not run"))
+                self.host.on_failed(item.batch, phase, exc)
+                self.host.on_record(self._record(item.batch, item.slot, markers, ok=False))
+                continue
+            try:
+                await item.sink.wait()
+                errors: list[BaseException | None] = item.sink.future.result()  # type: ignore[assignment]
+            except Exception as exc:  # noqa: BLE001
+                self.host.on_failed(item.batch, Phase.SINK, _root(exc))
+                self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=False))
+                continue
+            if item.slot.newest == item.batch.id:
+                item.slot.newest_phase = Phase.NONE
+            self.batches_done += 1
+            self.host.on_sunk(item.batch, errors)
+            self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=True))
+
+    def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
+        phases = [(0.0, 0.0)] * len(RUN_PHASES)
+        for m in markers:
+            if m.t0:
+                phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
+        return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
+                           tuple(phases), ok, len(batch) * batch.key.nbytes)
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The original failure behind a chain of skipped dependencies."""
+    while exc.__cause__ is not None and type(exc).__name__ == "DependencyFailed":
+        exc = exc.__cause__
+    return exc
+
+
+def format_exception(exc: BaseException) -> str:
+    """A traceback as text, kept with the failed task."""
+    return "".join(traceback.format_exception(exc)).rstrip()

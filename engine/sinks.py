@@ -1,0 +1,84 @@
+"""Where results go: ``.npy`` files committed atomically, a Python callable, or nowhere.
+
+The decision this module protects: an output file either exists whole under its task's key or
+not at all. It is written to a temporary name in the same directory and renamed into place, so
+a crash never leaves a partial output and a re-run overwrites instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.config import CallableSink, NpyDirSink, NullSink, resolve_target
+
+__all__ = ["CallableSinkImpl", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "TMP_SUFFIX", "open_sink"]
+
+TMP_SUFFIX = ".tmp"
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+class Sink(Protocol):
+    """Receives each finished task's output (only valid during the call)."""
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        """Store one output; raise to fail the task."""
+        ...
+
+
+class NpyDirSinkImpl:
+    """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._pid = os.getpid()
+
+    def path(self, key: str) -> Path:
+        """Where ``key``'s output lands."""
+        return self.dir / f"{key}.npy"
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        if not _SAFE_KEY.match(key) or key.startswith("."):
+            raise ValueError(f"task key {key!r} cannot name an output file")
+        final = self.path(key)
+        tmp = self.dir / f".{key}.npy.{self._pid}{TMP_SUFFIX}"
+        try:
+            with tmp.open("wb") as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(out), allow_pickle=False)
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+class CallableSinkImpl:
+    """Calls ``fn(key, array)``."""
+
+    def __init__(self, fn: Callable[[str, npt.NDArray[Any]], Any]) -> None:
+        self._fn = fn
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        self._fn(key, out)
+
+
+class NullSinkImpl:
+    """Drops every output."""
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        pass
+
+
+def open_sink(spec: NpyDirSink | CallableSink | NullSink, run_dir: Path) -> Sink:
+    """The sink a spec section describes; relative directories resolve inside ``run_dir``."""
+    if isinstance(spec, NpyDirSink):
+        return NpyDirSinkImpl(spec.path if spec.path.is_absolute() else run_dir / spec.path)
+    if isinstance(spec, CallableSink):
+        return CallableSinkImpl(resolve_target(spec.target))
+    return NullSinkImpl()

@@ -1,0 +1,238 @@
+"""Where tasks come from: seeded synthetic data, a directory of ``.npy`` files, Python code.
+
+The decision this module protects: a source only *enumerates* tasks (cheap: a key, a shape, a
+dtype) and later *loads* a batch of them straight into a lane's pinned input rows. Loading is
+per task, so one corrupt or wrongly shaped input fails alone, before it reaches a device.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
+
+__all__ = [
+    "BatchKey",
+    "InputError",
+    "IterableSource",
+    "NpyDirSourceImpl",
+    "Source",
+    "SyntheticSourceImpl",
+    "TaskInput",
+    "open_source",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKey:
+    """Tasks with equal keys can share a batch: same kind, shape and dtype (uniform work)."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one task's input."""
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.kind}{list(self.shape)}:{self.dtype}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInput:
+    """One enumerated task: its key, its batching key, and what the source needs to load it."""
+
+    key: str
+    batch_key: BatchKey
+    handle: Any
+    #: Set when enumeration already knows the input is unusable (unreadable header, say).
+    error: str = ""
+
+
+class InputError(ValueError):
+    """An input that cannot be used (corrupt, truncated, wrong shape or dtype)."""
+
+
+class Source(Protocol):
+    """Enumerates tasks and loads them."""
+
+    #: How many tasks the source will yield, when known up front.
+    total: int | None
+
+    def items(self) -> Iterator[TaskInput]:
+        """Yield every task once, in order. May block (it runs off the event loop)."""
+        ...
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        """Write item j's input into ``out[j]``; return each item's error or None."""
+        ...
+
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    z = x + _GOLD
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def synthetic_values(seed: int, indices: Sequence[int], shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """The inputs of tasks ``indices``: a pure function of (seed, index, element), so a task's
+    data never depends on which batch it lands in. Floats are uniform in [-1, 1)."""
+    n = int(np.prod(shape, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        base = _splitmix(np.asarray(indices, np.uint64) ^ _splitmix(np.array([seed], np.uint64)))
+        z = _splitmix(base[:, None] + np.arange(n, dtype=np.uint64)[None, :] * _GOLD)
+    if dtype.kind == "f":
+        v = ((z >> np.uint64(11)).astype(np.float64) * (2.0**-52) - 1.0).astype(dtype)
+    elif dtype.kind == "c":
+        re_ = (z >> np.uint64(11)).astype(np.float64) * (2.0**-52) - 1.0
+        im = (z & np.uint64(0xFFFFFFFF)).astype(np.float64) * (2.0**-31) - 1.0
+        v = (re_ + 1j * im).astype(dtype)
+    else:
+        v = (z >> np.uint64(64 - 8 * dtype.itemsize)).astype(dtype)
+    return v.reshape((len(indices), *shape))
+
+
+class SyntheticSourceImpl:
+    """``count`` tasks keyed ``syn-00000000``…, data from ``synthetic_values``."""
+
+    def __init__(self, spec: SyntheticSource) -> None:
+        self.spec = spec
+        self.total = spec.count
+        self._key = BatchKey("synthetic", tuple(spec.shape), spec.dtype)
+        self._dtype = np.dtype(spec.dtype)
+
+    def items(self) -> Iterator[TaskInput]:
+        key = self._key
+        for i in range(self.spec.count):
+            yield TaskInput(f"syn-{i:08d}", key, i)
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        out[: len(items)] = synthetic_values(self.spec.seed, [t.handle for t in items], self._key.shape, self._dtype)
+        return [None] * len(items)
+
+
+def _read_header(path: Path) -> tuple[tuple[int, ...], np.dtype[Any], bool, int]:
+    with path.open("rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise InputError(f"unsupported .npy version {version}")
+        return tuple(shape), dtype, fortran, f.tell()
+
+
+class NpyDirSourceImpl:
+    """Every file matching ``glob`` in ``path``, sorted; each read straight into its row."""
+
+    def __init__(self, spec: NpyDirSource) -> None:
+        self.spec = spec
+        if not spec.path.is_dir():
+            raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
+        self._files = sorted(p for p in spec.path.glob(spec.glob) if p.is_file())
+        self.total: int | None = len(self._files)
+
+    def items(self) -> Iterator[TaskInput]:
+        fixed = None
+        if self.spec.shape is not None and self.spec.dtype is not None:
+            fixed = BatchKey("npy", tuple(self.spec.shape), self.spec.dtype)
+        for path in self._files:
+            if fixed is not None:
+                yield TaskInput(path.stem, fixed, path)
+                continue
+            try:
+                shape, dtype, _, _ = _read_header(path)
+            except Exception as exc:  # noqa: BLE001 - any unreadable header fails that task alone
+                yield TaskInput(path.stem, BatchKey("npy", (), "uint8"), path, f"unreadable .npy header: {exc}")
+                continue
+            shape = tuple(self.spec.shape) if self.spec.shape is not None else shape
+            dt = self.spec.dtype or dtype.str
+            yield TaskInput(path.stem, BatchKey("npy", shape, np.dtype(dt).name), path)
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        errors: list[BaseException | None] = []
+        for j, t in enumerate(items):
+            try:
+                self._load_one(t, out[j])
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 - reported per task
+                errors.append(exc)
+        return errors
+
+    @staticmethod
+    def _load_one(t: TaskInput, row: npt.NDArray[Any]) -> None:
+        path: Path = t.handle
+        try:
+            shape, dtype, fortran, offset = _read_header(path)
+        except InputError:
+            raise
+        except Exception as exc:
+            raise InputError(f"{path.name}: corrupt .npy ({exc})") from exc
+        want = t.batch_key
+        if shape != want.shape:
+            raise InputError(f"{path.name}: shape {list(shape)}, expected {list(want.shape)}")
+        if dtype != np.dtype(want.dtype):
+            raise InputError(f"{path.name}: dtype {dtype}, expected {want.dtype}")
+        if dtype.hasobject:
+            raise InputError(f"{path.name}: object arrays are refused")
+        with path.open("rb") as f:
+            f.seek(offset)
+            if fortran and len(shape) > 1:
+                row[...] = np.fromfile(f, dtype, int(np.prod(shape))).reshape(shape[::-1]).T
+                return
+            got = f.readinto(memoryview(row.reshape(-1).view(np.uint8)))
+        if got != want.nbytes:
+            raise InputError(f"{path.name}: truncated ({got} of {want.nbytes} bytes)")
+
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+class IterableSource:
+    """Arrays (or ``(key, array)`` pairs) from any Python iterable, for the API and ``callable``
+    specs. Items are held until loaded."""
+
+    def __init__(self, iterable: Iterable[Any] | Callable[[], Iterable[Any]], total: int | None = None) -> None:
+        self._iterable = iterable
+        self.total = total
+
+    def items(self) -> Iterator[TaskInput]:
+        it = self._iterable() if callable(self._iterable) else self._iterable
+        for i, item in enumerate(it):
+            key, arr = item if isinstance(item, tuple) else (f"item-{i:08d}", item)
+            arr = np.asarray(arr)
+            key = str(key)
+            err = "" if _SAFE_KEY.match(key) else f"key {key[:40]!r} must be letters, digits, '.', '_' or '-'"
+            if arr.dtype.hasobject:
+                err = err or "object arrays are refused"
+            yield TaskInput(key, BatchKey("array", tuple(arr.shape), arr.dtype.name), arr, err)
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        for j, t in enumerate(items):
+            np.copyto(out[j], t.handle)
+        return [None] * len(items)
+
+
+def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source:
+    """The source a spec section describes."""
+    if isinstance(spec, SyntheticSource):
+        return SyntheticSourceImpl(spec)
+    if isinstance(spec, NpyDirSource):
+        return NpyDirSourceImpl(spec)
+    return IterableSource(resolve_target(spec.target))

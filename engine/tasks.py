@@ -1,0 +1,353 @@
+"""Task states, phases, stall reasons, and the task table.
+
+The decision this module protects: every task is in exactly one state, and a state changes only
+through the transition rules below, which raise on anything illegal. The table stores tasks as
+columns (NumPy arrays plus one list of keys) rather than one object per task, so a million queued
+tasks cost tens of megabytes instead of hundreds, and a snapshot can copy the state columns in
+microseconds.
+
+A row is a task's *current attempt*. Terminal states are final for that attempt: a retry does
+not move a failed row back to queued, it starts a new attempt (the attempt counter only grows)
+and the finished attempt is kept in the task's history.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "IllegalTransition",
+    "Phase",
+    "StallReason",
+    "State",
+    "TaskAttempt",
+    "TaskTable",
+    "check_transition",
+]
+
+
+class State(enum.IntEnum):
+    """Lifecycle state of a task's current attempt."""
+
+    QUEUED = 0
+    RUNNING = 1
+    DONE = 2
+    FAILED = 3
+    CANCELLED = 4
+
+    @property
+    def terminal(self) -> bool:
+        """True for states an attempt never leaves."""
+        return self >= State.DONE
+
+
+class Phase(enum.IntEnum):
+    """Where a running task is in its lane; NONE for tasks that are not running."""
+
+    NONE = 0
+    FILL = 1
+    H2D = 2
+    COMPUTE = 3
+    D2H = 4
+    SINK = 5
+
+
+RUN_PHASES: tuple[Phase, ...] = (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
+
+
+class StallReason(enum.IntEnum):
+    """Why a non-terminal task is not progressing (DESIGN.md section 3)."""
+
+    NONE = 0
+    MEMORY = 1
+    CONTROL = 2
+    BACKPRESSURE = 3
+    WORKER_LOST = 4
+    HUNG = 5
+
+
+class IllegalTransition(ValueError):
+    """A state change the rules forbid; carries what was attempted so the caller can report it."""
+
+    def __init__(self, key: str, state: State, phase: Phase, to_state: State, to_phase: Phase) -> None:
+        self.key = key
+        self.state = state
+        self.phase = phase
+        self.to_state = to_state
+        self.to_phase = to_phase
+        super().__init__(
+            f"task {key!r}: illegal transition {state.name.lower()}/{phase.name.lower()}"
+            f" -> {to_state.name.lower()}/{to_phase.name.lower()}"
+        )
+
+
+def check_transition(state: State, phase: Phase, to_state: State, to_phase: Phase) -> bool:
+    """Whether (state, phase) -> (to_state, to_phase) is legal. Pure; used by the table and tests.
+
+    Legal moves: queued -> running/fill; running phases advance one step at a time
+    (fill -> h2d -> compute -> d2h -> sink); running/sink -> done; queued or running -> failed or
+    cancelled. Terminal states go nowhere. Requeueing a running task is not a transition: it is a
+    new attempt (see ``TaskTable.new_attempt``).
+    """
+    if state.terminal:
+        return False
+    if to_state is State.RUNNING:
+        if to_phase is Phase.NONE:
+            return False
+        if state is State.QUEUED:
+            return to_phase is Phase.FILL
+        return phase is not Phase.NONE and to_phase == phase + 1
+    if to_phase is not Phase.NONE:
+        return False
+    if to_state is State.DONE:
+        return state is State.RUNNING and phase is Phase.SINK
+    return to_state in (State.FAILED, State.CANCELLED)
+
+
+ATTEMPT_OUTCOMES = ("done", "failed", "cancelled", "requeued")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """One finished attempt of a task, kept so the detail view can explain a retry."""
+
+    attempt: int
+    outcome: str
+    at: float
+    reason: str = ""
+    traceback: str = ""
+
+
+@dataclass(slots=True)
+class _Sparse:
+    """Per-task data only a few tasks have (errors, tracebacks, history, stall notes)."""
+
+    error: dict[int, str] = field(default_factory=dict)
+    traceback: dict[int, str] = field(default_factory=dict)
+    history: dict[int, list[TaskAttempt]] = field(default_factory=dict)
+    stall_note: dict[int, str] = field(default_factory=dict)
+
+
+_GROW = 1.5
+
+
+class TaskTable:
+    """Columns of task state, one row per task, indices stable for the life of the run.
+
+    Bulk operations take index arrays so the engine moves a whole batch per call; each checks
+    every row's transition and raises ``IllegalTransition`` before changing anything.
+    """
+
+    def __init__(self, capacity: int = 1024, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or time.monotonic
+        self.keys: list[str] = []
+        self._n = 0
+        self._cap = 0
+        self._sparse = _Sparse()
+        self.state = np.zeros(0, np.int8)
+        self.phase = np.zeros(0, np.int8)
+        self.stall = np.zeros(0, np.int8)
+        self.stall_since = np.zeros(0, np.float64)
+        self.attempt = np.zeros(0, np.int16)
+        self.batch = np.zeros(0, np.int32)
+        self.t_queued = np.zeros(0, np.float64)
+        self.t_end = np.zeros(0, np.float64)
+        self.nbytes_in = np.zeros(0, np.int64)
+        self._counts = np.zeros((len(State), len(Phase)), np.int64)
+        self._reserve(capacity)
+
+    # -- size -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    def _reserve(self, cap: int) -> None:
+        if cap <= self._cap:
+            return
+        for name in ("state", "phase", "stall", "stall_since", "attempt", "batch", "t_queued",
+                     "t_end", "nbytes_in"):
+            old = getattr(self, name)
+            new = np.zeros(cap, old.dtype)
+            new[: self._n] = old[: self._n]
+            setattr(self, name, new)
+        self.batch[self._n:] = -1
+        self._cap = cap
+
+    def add(self, keys: Sequence[str], nbytes: int | Sequence[int] = 0) -> npt.NDArray[np.int64]:
+        """Append queued tasks; returns their indices."""
+        n = len(keys)
+        if self._n + n > self._cap:
+            self._reserve(max(int(self._cap * _GROW), self._n + n))
+        lo, hi = self._n, self._n + n
+        self.keys.extend(keys)
+        self.state[lo:hi] = State.QUEUED
+        self.phase[lo:hi] = Phase.NONE
+        self.t_queued[lo:hi] = self._clock()
+        self.nbytes_in[lo:hi] = nbytes
+        self._n = hi
+        self._counts[State.QUEUED, Phase.NONE] += n
+        return np.arange(lo, hi, dtype=np.int64)
+
+    # -- reads ----------------------------------------------------------------------------------
+    def counts(self) -> npt.NDArray[np.int64]:
+        """(state, phase) count matrix, kept incrementally; a copy."""
+        return self._counts.copy()
+
+    def state_of(self, i: int) -> State:
+        return State(int(self.state[i]))
+
+    def phase_of(self, i: int) -> Phase:
+        return Phase(int(self.phase[i]))
+
+    def error(self, i: int) -> str:
+        return self._sparse.error.get(i, "")
+
+    def traceback(self, i: int) -> str:
+        return self._sparse.traceback.get(i, "")
+
+    def history(self, i: int) -> tuple[TaskAttempt, ...]:
+        return tuple(self._sparse.history.get(i, ()))
+
+    def stall_note(self, i: int) -> str:
+        return self._sparse.stall_note.get(i, "")
+
+    def errors(self) -> dict[int, str]:
+        """Errors of every task that has one (failed tasks and failed earlier attempts)."""
+        return dict(self._sparse.error)
+
+    # -- transitions ----------------------------------------------------------------------------
+    def _check(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> None:
+        st = self.state[idx]
+        ph = self.phase[idx]
+        # Rows of one batch share state and phase, so checking the distinct pairs is enough.
+        codes = np.unique(st.astype(np.int16) * 16 + ph)
+        for code in codes.tolist():
+            s, p = State(code // 16), Phase(code % 16)
+            if not check_transition(s, p, to_state, to_phase):
+                bad = int(idx[(st == s) & (ph == p)][0])
+                raise IllegalTransition(self.keys[bad], s, p, to_state, to_phase)
+
+    def _move(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> None:
+        self._check(idx, to_state, to_phase)
+        np.subtract.at(self._counts, (self.state[idx], self.phase[idx]), 1)
+        self._counts[to_state, to_phase] += len(idx)
+        self.state[idx] = to_state
+        self.phase[idx] = to_phase
+
+    def start(self, idx: npt.NDArray[np.int64], batch_id: int) -> None:
+        """Queued -> running/fill, as one batch."""
+        self._move(idx, State.RUNNING, Phase.FILL)
+        self.batch[idx] = batch_id
+        self._clear_stall(idx)
+
+    def advance(self, idx: npt.NDArray[np.int64], phase: Phase) -> None:
+        """Running/phase-1 -> running/phase."""
+        self._move(idx, State.RUNNING, phase)
+
+    def finish(self, idx: npt.NDArray[np.int64]) -> None:
+        """Running/sink -> done."""
+        self._move(idx, State.DONE, Phase.NONE)
+        self.t_end[idx] = self._clock()
+        self._clear_stall(idx)
+
+    def fail(self, idx: npt.NDArray[np.int64], reason: str, tb: str = "") -> None:
+        """Queued or running -> failed, keeping the reason and traceback."""
+        self._move(idx, State.FAILED, Phase.NONE)
+        self.t_end[idx] = self._clock()
+        self._clear_stall(idx)
+        for i in idx.tolist():
+            self._sparse.error[i] = reason
+            if tb:
+                self._sparse.traceback[i] = tb
+
+    def cancel(self, idx: npt.NDArray[np.int64], reason: str = "cancelled") -> None:
+        """Queued or running -> cancelled."""
+        self._move(idx, State.CANCELLED, Phase.NONE)
+        self.t_end[idx] = self._clock()
+        self._clear_stall(idx)
+        for i in idx.tolist():
+            self._sparse.error[i] = reason
+
+    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: str, reason: str = "", tb: str = "") -> None:
+        """Close each task's current attempt with ``outcome`` and queue a fresh one.
+
+        Allowed from running (a failed batch retried by policy, a lost worker's lease requeued)
+        and from failed or cancelled (an operator's retry). Done tasks are never re-run.
+        """
+        if outcome not in ATTEMPT_OUTCOMES:
+            raise ValueError(f"unknown attempt outcome {outcome!r}")
+        st = self.state[idx]
+        if np.any((st == State.DONE) | (st == State.QUEUED)):
+            bad = int(idx[(st == State.DONE) | (st == State.QUEUED)][0])
+            raise IllegalTransition(self.keys[bad], self.state_of(bad), self.phase_of(bad), State.QUEUED, Phase.NONE)
+        now = self._clock()
+        np.subtract.at(self._counts, (st, self.phase[idx]), 1)
+        self._counts[State.QUEUED, Phase.NONE] += len(idx)
+        for i in idx.tolist():
+            self._sparse.history.setdefault(i, []).append(
+                TaskAttempt(int(self.attempt[i]), outcome, now, reason or self._sparse.error.get(i, ""),
+                            tb or self._sparse.traceback.get(i, "")))
+            if reason:
+                self._sparse.error[i] = reason
+            if tb:
+                self._sparse.traceback[i] = tb
+        self.state[idx] = State.QUEUED
+        self.phase[idx] = Phase.NONE
+        self.attempt[idx] += 1
+        self.batch[idx] = -1
+        self.t_end[idx] = 0.0
+        self._clear_stall(idx)
+
+    # -- stalls ---------------------------------------------------------------------------------
+    def set_stall(self, idx: npt.NDArray[np.int64], reason: StallReason, note: str = "") -> None:
+        """Mark non-terminal tasks stalled; the since-time is kept if the reason is unchanged."""
+        if reason is StallReason.NONE:
+            self._clear_stall(idx)
+            return
+        if len(idx) == 0:
+            return
+        st = self.state[idx]
+        if np.any(st >= State.DONE):
+            bad = int(idx[st >= State.DONE][0])
+            raise IllegalTransition(self.keys[bad], self.state_of(bad), self.phase_of(bad),
+                                    self.state_of(bad), self.phase_of(bad))
+        changed = idx[self.stall[idx] != reason]
+        self.stall[changed] = reason
+        self.stall_since[changed] = self._clock()
+        if note:
+            for i in changed.tolist():
+                self._sparse.stall_note[i] = note
+
+    def _clear_stall(self, idx: npt.NDArray[np.int64]) -> None:
+        self.stall[idx] = StallReason.NONE
+        if self._sparse.stall_note:
+            for i in idx.tolist():
+                self._sparse.stall_note.pop(i, None)
+
+    def clear_stall(self, idx: npt.NDArray[np.int64]) -> None:
+        """Remove any stall condition from these tasks."""
+        self._clear_stall(idx)
+
+    def indices(self, state: State | None = None, phase: Phase | None = None,
+                stalled: bool | None = None) -> npt.NDArray[np.int64]:
+        """Indices of tasks matching every given condition, in table order."""
+        n = self._n
+        mask = np.ones(n, bool)
+        if state is not None:
+            mask &= self.state[:n] == state
+        if phase is not None:
+            mask &= self.phase[:n] == phase
+        if stalled is not None:
+            mask &= (self.stall[:n] != 0) == stalled
+        return np.flatnonzero(mask)
+
+    def of(self, keys: Iterable[str]) -> npt.NDArray[np.int64]:
+        """Indices of the given keys (linear scan; for commands, not hot paths)."""
+        wanted = set(keys)
+        return np.array([i for i, k in enumerate(self.keys) if k in wanted], np.int64)

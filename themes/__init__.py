@@ -1,0 +1,1 @@
+"""warpdeck themes."""

@@ -1,0 +1,1 @@
+"""warpdeck control room (Textual)."""
