@@ -190,6 +190,7 @@ class Lane:
         self.batches_done = 0
         self.reallocations = 0
         self._q: list[asyncio.Queue[_InFlight | None]] = [asyncio.Queue() for _ in range(4)]
+        self._inflight: dict[int, _InFlight] = {}
 
     # -- ring -------------------------------------------------------------------------------------
     @property
@@ -236,6 +237,9 @@ class Lane:
                 tg.create_task(self._watch_sink(), name=f"lane{self.id}-sink")
         finally:
             self.status = "stopped"
+            # Whatever ended the lane, no stream job may wait forever on a release.
+            for item in self._inflight.values():
+                free(item.sink_release)
             for slot in self.ring:
                 for b in slot.buffers():
                     free(b.release)
@@ -364,8 +368,9 @@ class Lane:
         slot.host_out.holder = batch.id
         slot.newest_phase = Phase.H2D
         self._last_compute = comp_m
-        self._q[0].put_nowait(_InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release,
-                                        out_wait, host_out))
+        item = _InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release, out_wait, host_out)
+        self._inflight[batch.id] = item
+        self._q[0].put_nowait(item)
 
     def _fail_early(self, batch: Batch, slot: Slot, fill_m: Marker, phase: Phase, exc: BaseException) -> None:
         self.host.on_failed(batch, phase, exc)
@@ -440,6 +445,7 @@ class Lane:
     async def _watch_sink(self) -> None:
         q = self._q[3]
         while (item := await q.get()) is not None:
+            self._inflight.pop(item.batch.id, None)
             markers = [item.fill, item.h2d, item.compute, item.d2h]
             if item.error is not None or item.sink is None:
                 free(item.sink_release)

@@ -69,9 +69,14 @@ class Marker:
     """
 
     phase: Phase
-    future: cf.Future[DeviceEvent | None]
+    future: cf.Future[Any]
     t0: float = 0.0
     t1: float = 0.0
+    #: The future's result is a device event to wait for (else it is the job's plain result).
+    device: bool = False
+
+    def _event(self) -> DeviceEvent | None:
+        return self.future.result() if self.device else None  # type: ignore[no-any-return]
 
     def done(self) -> bool:
         """True once the work is finished (successfully or not); never blocks."""
@@ -79,7 +84,7 @@ class Marker:
             return False
         if self.future.exception() is not None:
             return True
-        ev = self.future.result()
+        ev = self._event()
         if ev is None or ev.done:
             if ev is not None and not self.t1:
                 self.t1 = time.perf_counter()
@@ -90,7 +95,7 @@ class Marker:
         """A marker for "the buffer this job used is free again": done when this job is, and
         never failed (a failed job frees its buffer too), so later users of the buffer only
         wait, and do not inherit the failure."""
-        proxy = Marker(self.phase, cf.Future())
+        proxy = Marker(self.phase, cf.Future(), device=self.device)
         chain_release(self, proxy)
         return proxy
 
@@ -102,9 +107,10 @@ class Marker:
         """Wait from asyncio without blocking the loop; raises the job's exception, or
         ``MarkerTimeout`` after ``timeout`` seconds."""
         try:
-            ev = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.future)), timeout)
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.future)), timeout)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
+        ev = self._event()
         if ev is None or ev.done:
             if ev is not None and not self.t1:
                 self.t1 = time.perf_counter()
@@ -123,16 +129,19 @@ class Marker:
 
 def pending_marker(phase: Phase) -> Marker:
     """A release marker for a job not yet submitted; ``chain_release`` or ``free`` ends it."""
-    return Marker(phase, cf.Future())
+    return Marker(phase, cf.Future(), device=True)
 
 
 def chain_release(job: Marker, release: Marker) -> None:
     """Resolve ``release`` when ``job`` finishes: with its device event, or free on failure
     (a failed device job leaves the event it recorded on the exception, if it got that far)."""
 
-    def done(f: cf.Future[DeviceEvent | None]) -> None:
+    def done(f: cf.Future[Any]) -> None:
         exc = f.exception()
-        ev = getattr(exc, "warpdeck_event", None) if exc is not None else f.result()
+        if exc is not None:
+            ev = getattr(exc, "warpdeck_event", None)
+        else:
+            ev = f.result() if job.device else None
         if not release.future.done():
             release.future.set_result(ev)
 
@@ -147,9 +156,9 @@ def free(release: Marker) -> None:
 
 def done_marker(phase: Phase) -> Marker:
     """A marker that is already done: the release marker of a never-used buffer."""
-    fut: cf.Future[DeviceEvent | None] = cf.Future()
+    fut: cf.Future[Any] = cf.Future()
     fut.set_result(None)
-    return Marker(phase, fut)
+    return Marker(phase, fut, device=True)
 
 
 class StreamSet:
@@ -164,25 +173,25 @@ class StreamSet:
         self._on_device = on_device
         self._closed = threading.Event()
 
-    def submit(self, phase: Phase, job: Callable[[], DeviceEvent | None],
+    def submit(self, phase: Phase, job: Callable[[], Any],
                deps: Sequence[Marker] = (), device_deps: bool = False) -> Marker:
         """Run ``job`` on ``phase``'s stream after ``deps``.
 
         With ``device_deps`` the job only waits for the dependencies' *submission* and leaves
         the device-side ordering to the backend's ``wait_events`` (CuPy: ``stream.wait_event``).
         """
-        marker = Marker(phase, cf.Future())
+        marker = Marker(phase, cf.Future(), device=device_deps)
 
-        def run() -> DeviceEvent | None:
+        def run() -> Any:
             for d in deps:
                 exc = _wait_submitted(d) if device_deps else _wait_done(d)
                 if exc is not None:
                     raise DependencyFailed(f"{d.phase.name.lower()} failed: {exc!r}") from exc
             marker.t0 = time.perf_counter()
-            ev = job()
-            if ev is None:
+            result = job()
+            if not device_deps:
                 marker.t1 = time.perf_counter()
-            return ev
+            return result
 
         marker.future = self._pools[phase].submit(run)
         return marker
@@ -206,7 +215,7 @@ def _wait_done(d: Marker) -> BaseException | None:
     exc = d.future.exception()
     if exc is not None:
         return exc
-    ev = d.future.result()
+    ev = d._event()
     delay = 20e-6
     while ev is not None and not ev.done:
         time.sleep(delay)

@@ -100,7 +100,7 @@ class CupyBackend:
         def job() -> DeviceEvent:
             with self._device:
                 for d in deps:
-                    ev = d.future.result()
+                    ev = d._event()
                     if ev is not None:
                         stream.wait_event(ev)
                 ev = self._event()

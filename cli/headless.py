@@ -1,0 +1,87 @@
+"""The headless display: a rich progress view per phase while the engine runs, then a summary.
+
+It reads only snapshots and the final report (the engine never imports rich).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from warpdeck.engine.api import Engine, EngineSnapshot, PipelineSpec, RunReport
+
+__all__ = ["render_snapshot", "run_headless", "summary_table"]
+
+_PHASES = ("fill", "h2d", "compute", "d2h", "sink")
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = int(width * done / total) if total else 0
+    return "█" * filled + "░" * (width - filled)
+
+
+def render_snapshot(snap: EngineSnapshot) -> Group:
+    """One frame of the live view: progress, tasks per phase, lanes, figures."""
+    c = snap.counts
+    total = c.expected or c.total
+    f = snap.figures
+    head = Text.assemble(
+        (f"{snap.pipeline} ", "bold"), (f"[{snap.status}] ", "cyan"), f"{snap.backend} on {snap.device}  ",
+        f"{_bar(c.finished, total)} {c.finished}/{total}  ", (f"{f.recent_tasks_s:,.0f} tasks/s", "green"),
+    )
+    phases = Table.grid(padding=(0, 2))
+    for name in ("queued", *_PHASES, "stalled", "done", "failed"):
+        phases.add_column(justify="right")
+    phases.add_row(*(Text(n, style="dim") for n in ("queued", *_PHASES, "stalled", "done", "failed")))
+    phases.add_row(str(c.queued), *(str(c.running[p]) for p in _PHASES), str(sum(c.stalled.values())),
+                   str(c.done), Text(str(c.failed), style="red" if c.failed else ""))
+    lanes = Text("  ".join(f"lane {ln.id}: k={ln.depth} {ln.status}" for ln in snap.lanes), style="dim")
+    figs = Text(f"overlap {f.overlap_efficiency:.2f} of bound {f.bound_tasks_s:,.0f}/s   "
+                f"p50 {f.latency_p50_s * 1e3:.1f} ms  p99 {f.latency_p99_s * 1e3:.1f} ms   "
+                f"feeder {snap.feeder.state} {snap.feeder.ready}/{snap.feeder.high}", style="dim")
+    return Group(head, phases, lanes, figs)
+
+
+def summary_table(report: RunReport) -> Table:
+    """The end-of-run summary."""
+    t = Table(title=f"warpdeck: {report.pipeline} {report.status}", show_header=False, title_justify="left")
+    t.add_column(style="dim")
+    t.add_column()
+    c = report.counts
+    t.add_row("tasks", f"{c.done} done, {c.failed} failed, {c.cancelled} cancelled of {c.total}")
+    t.add_row("backend", f"{report.backend} on {report.device} ({report.backend_reason})")
+    t.add_row("elapsed", f"{report.elapsed_s:.2f} s (first batch {report.first_batch_s or 0:.3f} s)")
+    t.add_row("throughput", f"{report.throughput_tasks_s:,.1f} tasks/s, {report.throughput_bytes_s / 1e6:,.1f} MB/s"
+              f" (steady {report.steady_tasks_s:,.1f} tasks/s)")
+    t.add_row("bound", f"{report.bound_tasks_s:,.1f} tasks/s overlapped, {report.serial_bound_tasks_s:,.1f} serial")
+    t.add_row("overlap efficiency", f"{report.overlap_efficiency:.3f}")
+    t.add_row("phase means", "  ".join(f"{k} {v * 1e3:.2f}ms" for k, v in report.mean_phase_s.items()))
+    occ = "; ".join(f"lane {lane}: " + " ".join(f"{k} {v:.0%}" for k, v in ph.items())
+                    for lane, ph in report.occupancy.items())
+    t.add_row("occupancy", occ)
+    t.add_row("stalls", "  ".join(f"{k} {v:.2f}s" for k, v in report.stall_s.items() if v) or "none")
+    t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
+    t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
+    for fail in report.failures[:10]:
+        t.add_row(Text("failed", style="red"), f"{fail.key}: {fail.reason}")
+    if len(report.failures) > 10:
+        t.add_row("", f"... and {len(report.failures) - 10} more (see --json)")
+    return t
+
+
+async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool) -> RunReport:
+    """Run the engine with a live display (when ``live``) and print the summary."""
+    async with Engine(spec, run_dir) as engine:
+        if live:
+            with Live(console=console, refresh_per_second=8, transient=False) as view:
+                async for snap in engine.publisher.stream():
+                    view.update(render_snapshot(snap))
+        report = await engine.wait()
+    await asyncio.sleep(0)
+    console.print(summary_table(report))
+    return report

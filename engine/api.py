@@ -1,0 +1,92 @@
+"""The one door into the engine for the TUI, the CLI and library users.
+
+Everything a front end needs is re-exported here: the engine, the spec loader, snapshot and
+command types, and ``run_pipeline`` for a whole run in one call. Importing it loads neither
+CuPy nor any UI library.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from warpdeck.engine.backends import Backend, BackendError, select_backend
+from warpdeck.engine.commands import (
+    COMMAND_ADAPTER,
+    Cancel,
+    Command,
+    CommandResult,
+    Drain,
+    Pause,
+    RequeueStalled,
+    Resume,
+    RetryFailed,
+    SetDepth,
+)
+from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.metrics import Figures
+from warpdeck.engine.report import RunReport
+from warpdeck.engine.scheduler import Engine
+from warpdeck.engine.sinks import Sink
+from warpdeck.engine.snapshot import (
+    Counts,
+    EngineSnapshot,
+    FeederView,
+    LaneView,
+    SlotView,
+    SnapshotPublisher,
+    StalledTask,
+    TaskDetail,
+    TaskFailure,
+    TaskView,
+)
+from warpdeck.engine.sources import IterableSource, Source
+from warpdeck.engine.tasks import Phase, StallReason, State
+
+__all__ = [
+    "COMMAND_ADAPTER",
+    "Backend",
+    "BackendError",
+    "Cancel",
+    "Command",
+    "CommandResult",
+    "Counts",
+    "Drain",
+    "Engine",
+    "EngineSnapshot",
+    "FeederView",
+    "Figures",
+    "IterableSource",
+    "LaneView",
+    "Pause",
+    "Phase",
+    "PipelineSpec",
+    "RequeueStalled",
+    "Resume",
+    "RetryFailed",
+    "RunReport",
+    "SetDepth",
+    "Sink",
+    "SlotView",
+    "SnapshotPublisher",
+    "Source",
+    "SpecError",
+    "SpecIssue",
+    "StallReason",
+    "StalledTask",
+    "State",
+    "TaskDetail",
+    "TaskFailure",
+    "TaskView",
+    "load_spec",
+    "parse_spec",
+    "run_pipeline",
+    "select_backend",
+]
+
+
+async def run_pipeline(spec: PipelineSpec, run_dir: Path | str | None = None, *,
+                       backend: Backend | None = None, source: Source | None = None,
+                       sink: Sink | None = None) -> RunReport:
+    """Run ``spec`` to the end and return its report."""
+    async with Engine(spec, run_dir, backend=backend, source=source, sink=sink) as engine:
+        return await engine.wait()

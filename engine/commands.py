@@ -1,0 +1,90 @@
+"""Operator commands: typed, so the TUI, the CLI and the wire all say the same thing.
+
+Every command is a pydantic model tagged by ``kind``; ``COMMAND_ADAPTER`` validates one from
+JSON. The engine answers each with a ``CommandResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "COMMAND_ADAPTER",
+    "Cancel",
+    "Command",
+    "CommandResult",
+    "Drain",
+    "Pause",
+    "RequeueStalled",
+    "Resume",
+    "RetryFailed",
+    "SetDepth",
+]
+
+
+class _Cmd(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pause(_Cmd):
+    """Stop handing batches to lanes; batches in flight finish."""
+
+    kind: Literal["pause"] = "pause"
+
+
+class Resume(_Cmd):
+    """Undo pause."""
+
+    kind: Literal["resume"] = "resume"
+
+
+class Drain(_Cmd):
+    """Admit nothing more from the source, finish everything admitted, then stop."""
+
+    kind: Literal["drain"] = "drain"
+
+
+class Cancel(_Cmd):
+    """Cancel the named tasks, or every unfinished task with ``all``."""
+
+    kind: Literal["cancel"] = "cancel"
+    keys: tuple[str, ...] = ()
+    all: bool = False
+
+
+class RetryFailed(_Cmd):
+    """Give failed (or the named failed) tasks a new attempt."""
+
+    kind: Literal["retry_failed"] = "retry_failed"
+    keys: tuple[str, ...] = ()
+
+
+class RequeueStalled(_Cmd):
+    """Send stalled tasks still waiting in the ready queue back to its front."""
+
+    kind: Literal["requeue_stalled"] = "requeue_stalled"
+
+
+class SetDepth(_Cmd):
+    """Set the slot-ring depth (prefetch depth) of every lane, or of one; turns auto off."""
+
+    kind: Literal["set_depth"] = "set_depth"
+    depth: int = Field(ge=2, le=64)
+    lane: int | None = None
+
+
+Command = Annotated[Pause | Resume | Drain | Cancel | RetryFailed | RequeueStalled | SetDepth,
+                    Field(discriminator="kind")]
+COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What a command did: whether it applied, how many tasks it touched, in words."""
+
+    ok: bool
+    affected: int
+    message: str

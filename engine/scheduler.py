@@ -1,0 +1,490 @@
+"""The scheduler: one engine run, owning the task table, feeder, ready queue, lanes and figures.
+
+The decisions this module protects:
+- Only the scheduler changes the task table, always on the event loop; lanes and the feeder
+  report to it. So every transition is checked in one place and snapshots are consistent.
+- The engine is an async context manager owning a TaskGroup of named tasks (feeder, lanes,
+  publisher); leaving it stops and awaits every one of them; nothing is fire-and-forget.
+- A failed attempt is retried per policy (one task per batch when ``isolate``), and the failure
+  keeps its reason and traceback; an input that cannot be loaded fails at once (retrying cannot
+  fix a corrupt file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.backends import Backend, select_backend
+from warpdeck.engine.batching import Batch, ReadyQueue
+from warpdeck.engine.commands import (
+    Cancel,
+    Command,
+    CommandResult,
+    Drain,
+    Pause,
+    RequeueStalled,
+    Resume,
+    RetryFailed,
+    SetDepth,
+)
+from warpdeck.engine.config import PipelineSpec, resolve_target
+from warpdeck.engine.feeder import DepthTuner, Feeder
+from warpdeck.engine.lanes import BatchRecord, Lane, StagePlan, format_exception
+from warpdeck.engine.metrics import MetricsAccumulator
+from warpdeck.engine.report import RunReport, make_report
+from warpdeck.engine.sinks import Sink, open_sink
+from warpdeck.engine.snapshot import (
+    Counts,
+    EngineSnapshot,
+    FeederView,
+    LaneView,
+    SlotView,
+    SnapshotPublisher,
+    StalledTask,
+    TaskDetail,
+    TaskFailure,
+    TaskView,
+)
+from warpdeck.engine.sources import BatchKey, InputError, Source, open_source
+from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State, TaskTable
+
+__all__ = ["Engine"]
+
+_SLOT_STATE = {Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
+               Phase.D2H: "d2h", Phase.SINK: "readable"}
+
+
+@dataclass(slots=True)
+class _Stall:
+    reason: StallReason
+    since: float
+
+
+class Engine:
+    """Runs one pipeline spec. Use ``async with Engine(spec) as eng: report = await eng.wait()``."""
+
+    def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
+                 backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
+                 snapshot_interval: float = 0.1) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
+        self.backend = backend if backend is not None else select_backend(spec.backend)
+        self.source = source if source is not None else open_source(spec.source)
+        self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
+        self.table = TaskTable()
+        self.ready = ReadyQueue(spec.batch_size, spec.batch_timeout_s)
+        bs, nl = spec.batch_size, spec.lanes
+        low = spec.feeder.low_watermark or 2 * bs * nl
+        high = spec.feeder.high_watermark or max(low + 1, 8 * bs * nl)
+        self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit)
+        self.tuner = DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20))
+        self.auto_depth = spec.feeder.auto_depth
+        self.metrics = MetricsAccumulator(spec.lanes)
+        self.publisher = SnapshotPublisher()
+        self.lanes = [Lane(i, self.backend, spec.slot_depth, self, self.source, self.sink, self._plan_for, bs)
+                      for i in range(spec.lanes)]
+        self._fns = tuple(resolve_target(s.fn) for s in spec.stages)
+        self._plans: dict[BatchKey, StagePlan] = {}
+        self._wake = asyncio.Event()
+        self._inflight = 0
+        self._stalls: dict[int, _Stall] = {}
+        self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=self.tuner.window) for i in range(nl)}
+        self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
+        self._timeline: deque[BatchRecord] = deque(maxlen=2048)
+        self._failures: deque[TaskFailure] = deque(maxlen=200)
+        self._cancel_rows: set[int] = set()
+        self._lane_wait: dict[int, tuple[float, StallReason]] = {}
+        self._snapshot_interval = snapshot_interval
+        self._seq = 0
+        self._t0 = time.perf_counter()
+        self._status = "starting"
+        self._cancelled_all = False
+        self._tg: asyncio.TaskGroup | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+        self.first_batch_s: float | None = None
+        self.report: RunReport | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def __aenter__(self) -> Engine:
+        self._t0 = time.perf_counter()
+        self._status = "running"
+        self._main = asyncio.create_task(self._run(), name=f"warpdeck-engine-{self.spec.name}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        self.backend.close()
+
+    async def wait(self) -> RunReport:
+        """Wait for the run to end and return its report."""
+        assert self._main is not None, "use the engine inside 'async with'"
+        await asyncio.shield(self._main)
+        assert self.report is not None
+        return self.report
+
+    async def _run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                feeder = tg.create_task(self.feeder.run(), name="warpdeck-feeder")
+                pub = tg.create_task(self._publish_loop(), name="warpdeck-snapshots")
+                lanes = [tg.create_task(lane.run(), name=f"warpdeck-lane{lane.id}") for lane in self.lanes]
+                await asyncio.gather(*lanes)
+                feeder.cancel()
+                pub.cancel()
+        finally:
+            self._status = self._final_status()
+            self.report = make_report(self, self.snapshot())
+            self.publisher.publish(self.snapshot())
+            self.publisher.close()
+            self._done.set()
+
+    def _final_status(self) -> str:
+        if self._cancelled_all:
+            return "cancelled"
+        if self.feeder.draining:
+            return "drained"
+        counts = self.table.counts()
+        return "finished" if counts[State.QUEUED].sum() == 0 and counts[State.RUNNING].sum() == 0 else "stopped"
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self.publisher.publish(self.snapshot())
+            await asyncio.sleep(self._snapshot_interval)
+
+    def _kick(self) -> None:
+        ev, self._wake = self._wake, asyncio.Event()
+        ev.set()
+
+    def _on_admit(self) -> None:
+        if self.feeder.failed_on_admit:
+            for row, reason in self.feeder.failed_on_admit:
+                self.table.fail(np.array([row]), reason)
+                self._failures.append(TaskFailure(self.table.keys[row], reason, 0))
+            self.feeder.failed_on_admit.clear()
+        if self.feeder.paused:
+            self.table.set_stall(np.array(self.ready.pending(), np.int64), StallReason.CONTROL, "paused")
+        self._kick()
+
+    # -- stage plans --------------------------------------------------------------------------------
+    def _plan_for(self, key: BatchKey) -> StagePlan:
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        shapes, dtypes = [tuple(key.shape)], [np.dtype(key.dtype)]
+        for fn, st in zip(self._fns, self.spec.stages, strict=True):
+            shape, dtype = shapes[-1], dtypes[-1]
+            spec_fn = getattr(fn, "out_spec", None)
+            if spec_fn is not None:
+                s, d = spec_fn(shape, dtype)
+                shape, dtype = tuple(int(x) for x in s), np.dtype(d)
+            if st.out_shape is not None:
+                shape = tuple(st.out_shape)
+            if st.out_dtype is not None:
+                dtype = np.dtype(st.out_dtype)
+            shapes.append(shape)
+            dtypes.append(dtype)
+        plan = StagePlan(self._fns, tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in self.spec.stages))
+        self._plans[key] = plan
+        return plan
+
+    # -- LaneHost -----------------------------------------------------------------------------------
+    async def next_batch(self, lane: Lane) -> Batch | None:
+        """Hand ``lane`` its next batch; None once nothing can come any more."""
+        waited_from = time.perf_counter()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                if not self.feeder.paused:
+                    flush = self.feeder.exhausted or self.feeder.draining
+                    batch = self.ready.take(flush=flush)
+                    if batch is not None:
+                        if len(self.ready) <= self.feeder.low:
+                            self.feeder.poke()
+                        self.metrics.serial_s += time.perf_counter() - t0
+                        return batch
+                    if flush and len(self.ready) == 0 and self._inflight == 0:
+                        self._kick()
+                        return None
+                due = self.ready.next_due()
+                wake = self._wake
+                self._lane_wait[lane.id] = (waited_from, StallReason.CONTROL if self.feeder.paused else StallReason.MEMORY)
+                timeout = None if due is None or self.feeder.paused else max(0.0, due - time.monotonic()) + 1e-4
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            wait = self._lane_wait.pop(lane.id, None)
+            if wait is not None:
+                self.metrics.add_stall(wait[1], time.perf_counter() - wait[0])
+
+    def on_started(self, batch: Batch) -> None:
+        t0 = time.perf_counter()
+        self.table.start(batch.idx, batch.id)
+        self._inflight += 1
+        self.metrics.serial_s += time.perf_counter() - t0
+
+    def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
+        keep = [j for j, e in enumerate(errors) if e is None]
+        for j, e in enumerate(errors):
+            if e is not None:
+                row = np.array([batch.idx[j]], np.int64)
+                self._retry_or_fail(row, f"input: {e}", format_exception(e), retry=not isinstance(e, InputError))
+        if not keep:
+            self._inflight -= 1
+            self._kick()
+        return Batch(batch.id, batch.key, batch.idx[keep], [batch.items[j] for j in keep], batch.formed_at,
+                     batch.divergence, batch.lane, batch.slot, batch.retry)
+
+    def _live(self, batch: Batch) -> npt.NDArray[np.int64]:
+        """The batch's rows still running (an operator may have cancelled some on the way)."""
+        idx = batch.idx
+        return idx[self.table.state[idx] == State.RUNNING]
+
+    def on_phase(self, batch: Batch, phase: Phase) -> None:
+        t0 = time.perf_counter()
+        self._apply_cancels(batch)
+        self.table.advance(self._live(batch), phase)
+        self.metrics.serial_s += time.perf_counter() - t0
+
+    def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None:
+        idx = self._live(batch)
+        now = time.perf_counter()
+        prev = self._stalls.pop(batch.id, None)
+        if prev is not None:
+            self.metrics.add_stall(prev.reason, now - prev.since)
+        if reason is StallReason.NONE:
+            self.table.clear_stall(idx)
+            return
+        self._stalls[batch.id] = _Stall(reason, now)
+        self.table.set_stall(idx, reason, note)
+
+    def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None:
+        self._inflight -= 1
+        self.on_stall(batch, StallReason.NONE)
+        idx = self._live(batch)
+        reason = f"{phase.name.lower()}: {type(exc).__name__}: {exc}"
+        self._retry_or_fail(idx, reason, format_exception(exc), isolate=len(batch) > 1)
+        self._kick()
+
+    def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None:
+        t0 = time.perf_counter()
+        self._inflight -= 1
+        self.on_stall(batch, StallReason.NONE)
+        self._apply_cancels(batch)
+        ok = np.array([j for j, e in enumerate(errors) if e is None], np.int64)
+        rows = batch.idx[ok] if len(ok) else batch.idx[:0]
+        rows = rows[self.table.state[rows] == State.RUNNING]
+        self.table.finish(rows)
+        now_mono = time.monotonic()
+        self.metrics.add_latencies(now_mono - self.table.t_queued[rows])
+        for r in rows.tolist():
+            self.feeder.handles.pop(r, None)
+        for j, e in enumerate(errors):
+            if e is not None and self.table.state[batch.idx[j]] == State.RUNNING:
+                self._retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e))
+        if self.first_batch_s is None and len(rows):
+            self.first_batch_s = time.perf_counter() - self._t0
+        self.metrics.serial_s += time.perf_counter() - t0
+        self._kick()
+
+    def on_record(self, record: BatchRecord) -> None:
+        t0 = time.perf_counter()
+        self.metrics.add(record)
+        self._timeline.append(record)
+        recs = self._lane_records[record.lane]
+        recs.append(record)
+        self._since_tune[record.lane] += 1
+        if self.auto_depth and record.ok and self._since_tune[record.lane] >= self.tuner.window:
+            self._since_tune[record.lane] = 0
+            self._tune(self.lanes[record.lane], recs)
+        self.metrics.serial_s += time.perf_counter() - t0
+
+    def _tune(self, lane: Lane, recs: deque[BatchRecord]) -> None:
+        ok = [r for r in recs if r.ok]
+        if len(ok) < 4:
+            return
+        sums = np.array([[r.duration(p) for p in RUN_PHASES] for r in ok]).sum(axis=0)
+        i = int(np.argmax(sums))
+        starts = [r.phases[i][0] for r in ok]
+        ends = [r.phases[i][1] for r in ok]
+        span = max(ends) - min(starts)
+        idle = 1.0 - float(sums[i]) / span if span > 0 else 0.0
+        slot_bytes = lane.ring[0].nbytes if lane.ring else 0
+        used = sum(ln.nbytes for ln in self.lanes)
+        depth = self.tuner.decide(lane.id, lane.depth, idle, slot_bytes, used)
+        if depth != lane.depth:
+            lane.set_depth(depth)
+
+    # -- retries and cancels ------------------------------------------------------------------------
+    def _retry_or_fail(self, rows: npt.NDArray[np.int64], reason: str, tb: str, *, retry: bool = True,
+                       isolate: bool = False) -> None:
+        if len(rows) == 0:
+            return
+        attempts = self.table.attempt[rows] + 1
+        can = retry & (attempts < self.spec.retry.max_attempts)
+        again, final = rows[can], rows[~can]
+        if len(again):
+            self.table.new_attempt(again, "failed", reason, tb)
+            for r in again.tolist():
+                self.ready.put_retry(r, self.feeder.handles[r], isolate and self.spec.retry.isolate)
+        if len(final):
+            self.table.fail(final, reason, tb)
+            for r in final.tolist():
+                self._failures.append(TaskFailure(self.table.keys[r], reason, int(self.table.attempt[r])))
+
+    def _apply_cancels(self, batch: Batch) -> None:
+        if not self._cancel_rows:
+            return
+        hit = [r for r in batch.idx.tolist() if r in self._cancel_rows]
+        if hit:
+            rows = np.array(hit, np.int64)
+            rows = rows[self.table.state[rows] == State.RUNNING]
+            self.table.cancel(rows, "cancelled by operator")
+            self._cancel_rows.difference_update(hit)
+
+    # -- commands -----------------------------------------------------------------------------------
+    async def command(self, cmd: Command) -> CommandResult:
+        """Apply an operator command; the answer says what it did."""
+        result = self._apply(cmd)
+        self._kick()
+        self.feeder.poke()
+        return result
+
+    def _apply(self, cmd: Command) -> CommandResult:
+        if isinstance(cmd, Pause):
+            self.feeder.paused = True
+            pending = np.array(self.ready.pending(), np.int64)
+            self.table.set_stall(pending, StallReason.CONTROL, "paused")
+            return CommandResult(True, len(pending), "paused: no new batches start")
+        if isinstance(cmd, Resume):
+            self.feeder.paused = False
+            pending = np.array(self.ready.pending(), np.int64)
+            self.table.clear_stall(pending)
+            return CommandResult(True, len(pending), "resumed")
+        if isinstance(cmd, Drain):
+            self.feeder.draining = True
+            return CommandResult(True, len(self.ready), "draining: nothing more is admitted")
+        if isinstance(cmd, Cancel):
+            return self._cancel(cmd)
+        if isinstance(cmd, RetryFailed):
+            rows = self.table.indices(State.FAILED)
+            if cmd.keys:
+                rows = np.intersect1d(rows, self.table.of(cmd.keys))
+            rows = np.array([r for r in rows.tolist() if r in self.feeder.handles], np.int64)
+            if len(rows):
+                self.table.new_attempt(rows, "failed")
+                for r in rows.tolist():
+                    self.ready.put_retry(r, self.feeder.handles[r], isolate=True)
+            return CommandResult(True, len(rows), f"retrying {len(rows)} failed task(s)")
+        if isinstance(cmd, RequeueStalled):
+            waiting = set(self.ready.pending())
+            rows = [r for r in self.table.indices(State.QUEUED, stalled=True).tolist() if r in waiting]
+            self.ready.remove(rows)
+            for r in rows:
+                self.ready.put_retry(r, self.feeder.handles[r], isolate=False)
+            running = len(self.table.indices(State.RUNNING, stalled=True))
+            note = f"; {running} stalled in flight stay with their batch" if running else ""
+            return CommandResult(True, len(rows), f"requeued {len(rows)} stalled task(s) to the front{note}")
+        if isinstance(cmd, SetDepth):
+            self.auto_depth = False
+            for lane in self.lanes:
+                if cmd.lane is None or lane.id == cmd.lane:
+                    lane.set_depth(cmd.depth)
+            return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto off)")
+        return CommandResult(False, 0, f"unknown command {cmd!r}")  # pragma: no cover - union is closed
+
+    def _cancel(self, cmd: Cancel) -> CommandResult:
+        if cmd.all:
+            self._cancelled_all = True
+            self.feeder.draining = True
+            rows = np.flatnonzero(self.table.state[: len(self.table)] <= State.RUNNING)
+        else:
+            rows = self.table.of(cmd.keys)
+            rows = rows[self.table.state[rows] <= State.RUNNING]
+        queued = rows[self.table.state[rows] == State.QUEUED]
+        self.ready.remove(queued.tolist())
+        self.table.cancel(queued, "cancelled by operator")
+        running = rows[self.table.state[rows] == State.RUNNING]
+        self._cancel_rows.update(running.tolist())
+        return CommandResult(True, len(rows), f"cancelled {len(queued)} queued; {len(running)} running stop at their next phase")
+
+    # -- snapshots ----------------------------------------------------------------------------------
+    def task_detail(self, key: str) -> TaskDetail | None:
+        """Everything known about one task, or None."""
+        rows = self.table.of([key])
+        if len(rows) == 0:
+            return None
+        r = int(rows[0])
+        t = self.table
+        return TaskDetail(key, t.state_of(r).name.lower(), t.phase_of(r).name.lower(), int(t.attempt[r]),
+                          int(t.batch[r]), StallReason(int(t.stall[r])).name.lower(), t.stall_note(r),
+                          t.error(r), t.traceback(r), t.history(r))
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine as of now (cheap enough to call at 10 Hz with a million tasks)."""
+        self._seq += 1
+        t = self.table
+        n = len(t)
+        now = time.perf_counter()
+        c = t.counts()
+        stall_col = t.stall[:n]
+        stalled_rows = np.flatnonzero(stall_col)
+        by_reason = np.bincount(stall_col[stalled_rows], minlength=len(StallReason)) if len(stalled_rows) else None
+        counts = Counts(
+            queued=int(c[State.QUEUED].sum()),
+            running={p.name.lower(): int(c[State.RUNNING, p]) for p in RUN_PHASES},
+            done=int(c[State.DONE].sum()), failed=int(c[State.FAILED].sum()),
+            cancelled=int(c[State.CANCELLED].sum()),
+            stalled={r.name.lower(): int(by_reason[r]) if by_reason is not None else 0 for r in StallReason if r},
+            total=n, expected=self.source.total,
+        )
+        mono = time.monotonic()
+        stalled = tuple(
+            StalledTask(t.keys[r], StallReason(int(t.stall[r])).name.lower(), mono - float(t.stall_since[r]),
+                        t.state_of(r).name.lower(), t.phase_of(r).name.lower(), t.stall_note(r))
+            for r in stalled_rows[:500].tolist())
+        view = TaskView(t.keys, _frozen(t.state[:n]), _frozen(t.phase[:n]), _frozen(stall_col),
+                        _frozen(t.attempt[:n]))
+        lanes = tuple(self._lane_view(lane) for lane in self.lanes)
+        feeder = FeederView(self.feeder.state.value if self._status == "running" else self._status,
+                            len(self.ready), self.feeder.low, self.feeder.high, n, self.feeder.exhausted,
+                            self.auto_depth, len(self.tuner.decisions))
+        figures = self.metrics.figures(now, self._t0, counts.done, counts.failed, self.ready.divergence,
+                                       self.ready.max_divergence)
+        return EngineSnapshot(
+            seq=self._seq, t=now - self._t0, t0=self._t0, pipeline=self.spec.name, status=self._status,
+            backend=self.backend.name, backend_reason=self.backend.reason, device=self.backend.device_name,
+            counts=counts, tasks=view, stalled=stalled, lanes=lanes, feeder=feeder,
+            timeline=tuple(self._timeline)[-512:], figures=figures, failures=tuple(self._failures),
+        )
+
+    @staticmethod
+    def _lane_view(lane: Lane) -> LaneView:
+        slots = []
+        for s in lane.ring:
+            holders = tuple(b.holder if not b.release.done() else -1 for b in s.buffers())
+            state = _SLOT_STATE[s.newest_phase] if any(h >= 0 for h in holders) or s.newest_phase else "free"
+            slots.append(SlotView(s.index, state, holders))  # type: ignore[arg-type]
+        return LaneView(lane.id, lane.depth, lane.status, lane.output_blocked, lane.batches_done, lane.nbytes,
+                        tuple(slots))
+
+
+def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    out = a.copy()
+    out.setflags(write=False)
+    return out

@@ -1,0 +1,236 @@
+"""Immutable engine snapshots and the latest-wins publisher.
+
+The decision this module protects: the UI (in process or attached) sees the engine only through
+``EngineSnapshot``: frozen, self-contained, cheap to make (the task table's state columns are
+copied, a few MB for a million tasks; keys are shared because they are append-only), and
+published latest-wins, so a slow reader skips snapshots and never slows the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.metrics import Figures
+from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
+
+__all__ = [
+    "Counts",
+    "EngineSnapshot",
+    "FeederView",
+    "LaneView",
+    "SlotView",
+    "SnapshotPublisher",
+    "StalledTask",
+    "TaskDetail",
+    "TaskFailure",
+    "TaskView",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Tasks per state; running split by phase; stalled by reason (stalled tasks are also
+    counted in their state)."""
+
+    queued: int
+    running: dict[str, int]
+    done: int
+    failed: int
+    cancelled: int
+    stalled: dict[str, int]
+    total: int
+    #: Tasks the source will yield in all, when it knows.
+    expected: int | None
+
+    @property
+    def running_total(self) -> int:
+        return sum(self.running.values())
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed + self.cancelled
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """The task table as of one snapshot. Arrays are read-only copies; rows are stable."""
+
+    keys: list[str]
+    state: npt.NDArray[np.int8]
+    phase: npt.NDArray[np.int8]
+    stall: npt.NDArray[np.int8]
+    attempt: npt.NDArray[np.int16]
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def key(self, row: int) -> str:
+        return self.keys[row]
+
+    def rows(self, state: State | None = None, phase: Phase | None = None,
+             stalled: bool | None = None) -> npt.NDArray[np.int64]:
+        """Rows matching every given condition, in table order."""
+        mask = np.ones(len(self.state), bool)
+        if state is not None:
+            mask &= self.state == state
+        if phase is not None:
+            mask &= self.phase == phase
+        if stalled is not None:
+            mask &= (self.stall != 0) == stalled
+        return np.flatnonzero(mask)
+
+
+@dataclass(frozen=True, slots=True)
+class StalledTask:
+    """One stalled task: why, for how long, and where."""
+
+    key: str
+    reason: str
+    stalled_s: float
+    state: str
+    phase: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """A failed task's key and the reason (the traceback is in ``TaskDetail``)."""
+
+    key: str
+    reason: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDetail:
+    """Everything the detail view shows for one task."""
+
+    key: str
+    state: str
+    phase: str
+    attempt: int
+    batch: int
+    stall: str
+    stall_note: str
+    error: str
+    traceback: str
+    history: tuple[TaskAttempt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot; ``holders`` are the batch ids holding its pinned input, device input, device
+    output and pinned output (-1: free)."""
+
+    index: int
+    state: str
+    holders: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """One lane: its ring and what it is doing."""
+
+    id: int
+    depth: int
+    status: str
+    output_blocked: bool
+    batches_done: int
+    nbytes: int
+    slots: tuple[SlotView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FeederView:
+    """The feeder's watermarks and state."""
+
+    state: str
+    ready: int
+    low: int
+    high: int
+    admitted: int
+    exhausted: bool
+    auto_depth: bool
+    depth_changes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """The whole engine at one instant. ``t`` is seconds since the engine started; timeline
+    records are on ``time.perf_counter``'s clock, with ``t0`` the engine's start on it."""
+
+    seq: int
+    t: float
+    t0: float
+    pipeline: str
+    status: str
+    backend: str
+    backend_reason: str
+    device: str
+    counts: Counts
+    tasks: TaskView
+    stalled: tuple[StalledTask, ...]
+    lanes: tuple[LaneView, ...]
+    feeder: FeederView
+    timeline: tuple[BatchRecord, ...]
+    figures: Figures
+    failures: tuple[TaskFailure, ...]
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("finished", "drained", "cancelled", "failed")
+
+
+STALL_NAMES = {r.name.lower(): r for r in StallReason if r}
+
+
+class SnapshotPublisher:
+    """Holds the latest snapshot; readers always get the newest and skip what they missed."""
+
+    def __init__(self) -> None:
+        self._latest: EngineSnapshot | None = None
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._callbacks: list[Callable[[EngineSnapshot], None]] = []
+
+    @property
+    def latest(self) -> EngineSnapshot | None:
+        return self._latest
+
+    def publish(self, snap: EngineSnapshot) -> None:
+        """Replace the latest snapshot and wake every reader."""
+        self._latest = snap
+        ev, self._changed = self._changed, asyncio.Event()
+        ev.set()
+        for cb in list(self._callbacks):
+            cb(snap)
+
+    def close(self) -> None:
+        """No more snapshots: readers end after the last one."""
+        self._closed = True
+        self._changed.set()
+
+    def subscribe(self, callback: Callable[[EngineSnapshot], None]) -> Callable[[], None]:
+        """Call ``callback`` with each new snapshot (it must be quick: post a message and return).
+        Returns a function that unsubscribes."""
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
+
+    async def stream(self) -> AsyncIterator[EngineSnapshot]:
+        """Each newer snapshot, latest-wins, until the publisher closes."""
+        seen = -1
+        while True:
+            snap = self._latest
+            if snap is not None and snap.seq > seen:
+                seen = snap.seq
+                yield snap
+                continue
+            if self._closed:
+                return
+            await self._changed.wait()

@@ -1,0 +1,10 @@
+"""Shared test setup: stage functions for specs live in tests/support (importable by name)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SUPPORT = Path(__file__).parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))

@@ -1,0 +1,112 @@
+"""Stage functions, sources and sinks the tests name in specs (``wd_stages:double`` ...)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from warpdeck.engine.sources import BatchKey, TaskInput
+
+POISON = 999.0
+
+
+def double(xp: Any, inp: Any, out: Any) -> None:
+    """out = 2 * inp."""
+    xp.multiply(inp, 2, out=out)
+
+
+def add_one(xp: Any, inp: Any, out: Any) -> None:
+    """out = inp + 1."""
+    xp.add(inp, 1, out=out)
+
+
+def row_sum(xp: Any, inp: Any, out: Any) -> None:
+    """out[i, 0] = sum(inp[i])."""
+    out[:, 0] = inp.reshape(inp.shape[0], -1).sum(axis=1)
+
+
+def _row_sum_spec(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], str]:
+    return (1,), "float64"
+
+
+row_sum.out_spec = _row_sum_spec  # type: ignore[attr-defined]
+
+
+def poison(xp: Any, inp: Any, out: Any) -> None:
+    """Raises when any input element equals POISON, else copies."""
+    if bool((inp == POISON).any()):
+        raise ValueError("poisoned input")
+    out[...] = inp
+
+
+def noop(xp: Any, inp: Any, out: Any) -> None:
+    """Does nothing (engine overhead benchmarks)."""
+
+
+class Sleeper:
+    """Stage that sleeps a given time per batch (the GIL is released: phases overlap)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, xp: Any, inp: Any, out: Any) -> None:
+        time.sleep(self.seconds)
+        out[...] = inp
+
+
+class SleepySource:
+    """A source whose load sleeps ``fill_s`` per batch (plus an optional jitter sequence)."""
+
+    def __init__(self, count: int, shape: tuple[int, ...] = (4,), fill_s: float = 0.0,
+                 jitter: Sequence[float] = ()) -> None:
+        self.total: int | None = count
+        self.count = count
+        self.key = BatchKey("test", shape, "float64")
+        self.fill_s = fill_s
+        self.jitter = list(jitter)
+        self.loads = 0
+        self._lock = threading.Lock()
+
+    def items(self) -> Iterator[TaskInput]:
+        for i in range(self.count):
+            yield TaskInput(f"t{i:06d}", self.key, i)
+
+    def load(self, items: Sequence[TaskInput], out: np.ndarray) -> list[BaseException | None]:
+        with self._lock:
+            extra = self.jitter[self.loads % len(self.jitter)] if self.jitter else 0.0
+            self.loads += 1
+        if self.fill_s or extra:
+            time.sleep(self.fill_s + extra)
+        for j, t in enumerate(items):
+            out[j] = float(t.handle)
+        return [None] * len(items)
+
+
+class RecordingSink:
+    """Keeps a copy of every output; optionally sleeps per batch-sized group of writes."""
+
+    def __init__(self, sleep_s: float = 0.0, fail_keys: Sequence[str] = (), fail_times: int = 1) -> None:
+        self.out: dict[str, np.ndarray] = {}
+        self.writes: dict[str, int] = {}
+        self.sleep_s = sleep_s
+        self.fail_keys = set(fail_keys)
+        self.fail_times = fail_times
+        self._failed: dict[str, int] = {}
+
+    def write(self, key: str, out: np.ndarray) -> None:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if key in self.fail_keys and self._failed.get(key, 0) < self.fail_times:
+            self._failed[key] = self._failed.get(key, 0) + 1
+            raise OSError(28, "No space left on device")
+        self.out[key] = np.array(out, copy=True)
+        self.writes[key] = self.writes.get(key, 0) + 1
+
+
+sleep_2ms = Sleeper(0.002)
+sleep_10ms = Sleeper(0.010)
+sleep_forever_ish = Sleeper(0.6)
