@@ -61,7 +61,9 @@ class ReadyQueue:
     @property
     def divergence(self) -> int:
         """Distinct batching keys waiting now."""
-        return len(self._groups) + (1 if self._retry else 0)
+        if not self._retry:
+            return len(self._groups)
+        return len(self._groups.keys() | {item.batch_key for _, item, _ in self._retry})
 
     def put(self, idx: int, item: TaskInput) -> None:
         """Queue an admitted task behind others of its key."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "CallableSink",
@@ -133,7 +133,7 @@ class FeederSpec(_Model):
 
     low_watermark: int | None = Field(default=None, ge=1)
     """Refill the ready queue when it falls to this many tasks (default: 2 batches)."""
-    high_watermark: int | None = Field(default=None, ge=1)
+    high_watermark: int | None = Field(default=None, ge=2)
     """Stop pulling from the source at this many ready tasks (default: 8 batches)."""
     auto_depth: bool = True
     """Deepen lanes' slot rings while their bottleneck waits for input (tf.data AUTOTUNE style)."""
@@ -158,7 +158,7 @@ class PipelineSpec(_Model):
     """Where tasks come from."""
     sink: Annotated[NpyDirSink | CallableSink | NullSink, Field(discriminator="kind")] = NpyDirSink(kind="npy_dir")
     """Where outputs go."""
-    stages: tuple[StageSpec, ...] = Field(min_length=1)
+    stages: list[StageSpec] = Field(min_length=1)
     """Stage functions, run in order inside the compute phase."""
     batch_size: int = Field(default=64, ge=1, le=1 << 20)
     """Tasks per batch."""
@@ -174,11 +174,6 @@ class PipelineSpec(_Model):
     """Ready-queue watermarks and automatic prefetch depth."""
     batch_timeout_s: float = Field(default=0.05, ge=0)
     """A partial batch is sent after waiting this long for more tasks of its key."""
-
-    @field_validator("stages", mode="before")
-    @classmethod
-    def _stage_list(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
 
     @model_validator(mode="after")
     def _depth_in_range(self) -> PipelineSpec:
@@ -213,7 +208,10 @@ class SpecError(ValueError):
 def _issues(err: ValidationError) -> list[SpecIssue]:
     out = []
     for e in err.errors(include_url=False):
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        parts = e["loc"]
+        # pydantic puts the discriminator's value after "source"/"sink" in union errors.
+        loc = ".".join(str(p) for i, p in enumerate(parts)
+                       if not (i > 0 and parts[i - 1] in ("source", "sink") and p in _UNION_TAGS))
         got = e.get("input")
         shown = "" if isinstance(got, dict) else repr(got)[:60]
         out.append(SpecIssue(loc or "(top level)", e["msg"], shown))

@@ -84,8 +84,7 @@ class Engine:
         self.table = TaskTable()
         self.ready = ReadyQueue(spec.batch_size, spec.batch_timeout_s)
         bs, nl = spec.batch_size, spec.lanes
-        low = spec.feeder.low_watermark or 2 * bs * nl
-        high = spec.feeder.high_watermark or max(low + 1, 8 * bs * nl)
+        low, high = feeder_watermarks(spec)
         self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit)
         self.tuner = DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20))
         self.auto_depth = spec.feeder.auto_depth
@@ -482,6 +481,16 @@ class Engine:
             slots.append(SlotView(s.index, state, holders))  # type: ignore[arg-type]
         return LaneView(lane.id, lane.depth, lane.status, lane.output_blocked, lane.batches_done, lane.nbytes,
                         tuple(slots))
+
+
+def feeder_watermarks(spec: PipelineSpec) -> tuple[int, int]:
+    """The ready queue's watermarks: the spec's, or 2 and 8 batches per lane, always low < high."""
+    batch = spec.batch_size * spec.lanes
+    low, high = spec.feeder.low_watermark, spec.feeder.high_watermark
+    if high is None:
+        low = low or 2 * batch
+        return low, max(low + 1, 8 * batch)
+    return (low or max(1, min(2 * batch, high // 4))), high
 
 
 def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:

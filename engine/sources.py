@@ -94,10 +94,13 @@ def synthetic_values(seed: int, indices: Sequence[int], shape: tuple[int, ...], 
     data never depends on which batch it lands in. Floats are uniform in [-1, 1)."""
     n = int(np.prod(shape, dtype=np.int64))
     with np.errstate(over="ignore"):
-        base = _splitmix(np.asarray(indices, np.uint64) ^ _splitmix(np.array([seed], np.uint64)))
+        seed_u = np.array([seed & 0xFFFFFFFFFFFFFFFF], np.uint64)  # any int seed, negative too
+        base = _splitmix(np.asarray(indices, np.uint64) ^ _splitmix(seed_u))
         z = _splitmix(base[:, None] + np.arange(n, dtype=np.uint64)[None, :] * _GOLD)
     if dtype.kind == "f":
         v = ((z >> np.uint64(11)).astype(np.float64) * (2.0**-52) - 1.0).astype(dtype)
+        # Rounding to a narrow float can reach 1.0; keep the promised half-open range.
+        np.minimum(v, np.nextafter(dtype.type(1), dtype.type(0)), out=v)
     elif dtype.kind == "c":
         re_ = (z >> np.uint64(11)).astype(np.float64) * (2.0**-52) - 1.0
         im = (z & np.uint64(0xFFFFFFFF)).astype(np.float64) * (2.0**-31) - 1.0
@@ -162,7 +165,7 @@ class NpyDirSourceImpl:
                 yield TaskInput(path.stem, BatchKey("npy", (), "uint8"), path, f"unreadable .npy header: {exc}")
                 continue
             shape = tuple(self.spec.shape) if self.spec.shape is not None else shape
-            dt = self.spec.dtype or dtype.str
+            dt = self.spec.dtype or dtype.newbyteorder("=").name
             yield TaskInput(path.stem, BatchKey("npy", shape, np.dtype(dt).name), path)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
@@ -187,16 +190,21 @@ class NpyDirSourceImpl:
         want = t.batch_key
         if shape != want.shape:
             raise InputError(f"{path.name}: shape {list(shape)}, expected {list(want.shape)}")
-        if dtype != np.dtype(want.dtype):
+        if dtype.newbyteorder("=") != np.dtype(want.dtype):
             raise InputError(f"{path.name}: dtype {dtype}, expected {want.dtype}")
         if dtype.hasobject:
             raise InputError(f"{path.name}: object arrays are refused")
         with path.open("rb") as f:
             f.seek(offset)
             if fortran and len(shape) > 1:
-                row[...] = np.fromfile(f, dtype, int(np.prod(shape))).reshape(shape[::-1]).T
-                return
-            got = f.readinto(memoryview(row.reshape(-1).view(np.uint8)))
+                flat = np.fromfile(f, dtype, int(np.prod(shape)))
+                got = flat.nbytes
+                if got == want.nbytes:
+                    row[...] = flat.reshape(shape[::-1]).T
+            else:
+                got = f.readinto(memoryview(row.reshape(-1).view(np.uint8)))
+                if got == want.nbytes and not dtype.isnative:
+                    row.byteswap(inplace=True)  # stored big-endian: the row holds native values
         if got != want.nbytes:
             raise InputError(f"{path.name}: truncated ({got} of {want.nbytes} bytes)")
 

@@ -233,16 +233,19 @@ class TaskTable:
                 bad = int(idx[(st == s) & (ph == p)][0])
                 raise IllegalTransition(self.keys[bad], s, p, to_state, to_phase)
 
-    def _move(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> None:
+    def _move(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> npt.NDArray[np.int64]:
+        # A row named twice in one call moves once; counts follow the columns, not the call.
+        idx = np.unique(idx)
         self._check(idx, to_state, to_phase)
         np.subtract.at(self._counts, (self.state[idx], self.phase[idx]), 1)
         self._counts[to_state, to_phase] += len(idx)
         self.state[idx] = to_state
         self.phase[idx] = to_phase
+        return idx
 
     def start(self, idx: npt.NDArray[np.int64], batch_id: int) -> None:
         """Queued -> running/fill, as one batch."""
-        self._move(idx, State.RUNNING, Phase.FILL)
+        idx = self._move(idx, State.RUNNING, Phase.FILL)
         self.batch[idx] = batch_id
         self._clear_stall(idx)
 
@@ -252,13 +255,13 @@ class TaskTable:
 
     def finish(self, idx: npt.NDArray[np.int64]) -> None:
         """Running/sink -> done."""
-        self._move(idx, State.DONE, Phase.NONE)
+        idx = self._move(idx, State.DONE, Phase.NONE)
         self.t_end[idx] = self._clock()
         self._clear_stall(idx)
 
     def fail(self, idx: npt.NDArray[np.int64], reason: str, tb: str = "") -> None:
         """Queued or running -> failed, keeping the reason and traceback."""
-        self._move(idx, State.FAILED, Phase.NONE)
+        idx = self._move(idx, State.FAILED, Phase.NONE)
         self.t_end[idx] = self._clock()
         self._clear_stall(idx)
         for i in idx.tolist():
@@ -268,7 +271,7 @@ class TaskTable:
 
     def cancel(self, idx: npt.NDArray[np.int64], reason: str = "cancelled") -> None:
         """Queued or running -> cancelled."""
-        self._move(idx, State.CANCELLED, Phase.NONE)
+        idx = self._move(idx, State.CANCELLED, Phase.NONE)
         self.t_end[idx] = self._clock()
         self._clear_stall(idx)
         for i in idx.tolist():
@@ -282,6 +285,7 @@ class TaskTable:
         """
         if outcome not in ATTEMPT_OUTCOMES:
             raise ValueError(f"unknown attempt outcome {outcome!r}")
+        idx = np.unique(idx)
         st = self.state[idx]
         if np.any((st == State.DONE) | (st == State.QUEUED)):
             bad = int(idx[(st == State.DONE) | (st == State.QUEUED)][0])

@@ -146,10 +146,6 @@ def test_batch_records_divergence_and_max_divergence_is_kept() -> None:
     assert q.max_divergence == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: ReadyQueue.divergence is documented as 'distinct batching keys waiting now' but counts "
-    "all retries as one extra key (len(groups) + 1): a retry of a key that also waits normally counts "
-    "twice, and retries of two different keys count once"))
 def test_divergence_counts_retried_keys_as_distinct_keys() -> None:
     q = ReadyQueue(batch_size=4, timeout_s=1.0, clock=FakeClock())
     fill(q, [0], KEY_A)
@@ -217,7 +213,7 @@ def test_remove_drops_rows_from_retries_and_groups_and_keeps_len_right() -> None
     assert q.remove([1, 3, 8, 99]) == 3
     assert len(q) == 3
     assert sorted(q.pending()) == [0, 2, 7]
-    assert q.divergence == 2  # KEY_B's only task is gone; the retry group remains
+    assert q.divergence == 1  # KEY_B is gone; the waiting retry (row 7) shares KEY_A
     assert rows_of(q.take()) == [7]
     assert rows_of(q.take(flush=True)) == [0, 2]
     assert q.take(flush=True) is None

@@ -109,10 +109,6 @@ def test_unknown_top_level_key_is_reported_at_its_path() -> None:
     assert "Extra inputs are not permitted" in info.value.issues[0].message
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: config._issues drops every location part equal to a union tag ('synthetic', "
-    "'npy_dir', 'callable', 'null'), not only pydantic's discriminator entry, so an unknown key "
-    "named e.g. 'null' is reported at '(top level)' instead of its own path"))
 def test_unknown_key_named_like_a_source_kind_is_reported_at_its_path() -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(minimal(null=1))
@@ -139,10 +135,6 @@ def test_negative_stage_deadline_names_its_index_in_the_path(tmp_path: Path) -> 
     assert str(path) in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: PipelineSpec.stages is tuple[StageSpec, ...] with min_length=1, and pydantic checks the "
-    "length of a variadic tuple on the items that validated, so one bad field in the only stage adds a "
-    "false second issue 'stages: Tuple should have at least 1 item after validation, not 0'"))
 def test_bad_field_in_the_only_stage_is_the_only_issue() -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(minimal(stages=[{"fn": "json:dumps", "deadline_s": -1}]))
@@ -180,10 +172,6 @@ def test_max_depth_below_slot_depth_is_rejected() -> None:
     assert "feeder.max_depth must be at least slot_depth" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: a spec giving only feeder.high_watermark below the engine's default low watermark "
-    "(2 * batch_size * lanes) passes parse_spec, but Engine() then raises ValueError('watermarks "
-    "must satisfy 0 < low < high'): the spec is not 'checked completely before any work starts'"))
 def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_or_runs(tmp_path: Path) -> None:
     data = minimal(backend="numpy", batch_size=64, feeder={"high_watermark": 100},
                    stages=[{"fn": "warpdeck.examples.dense:stage"}], source={"kind": "synthetic", "count": 8,

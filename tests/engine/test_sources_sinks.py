@@ -65,10 +65,6 @@ def test_synthetic_floats_are_in_minus_one_to_one(dtype: str) -> None:
     assert abs(float(v.mean())) < 0.01
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: synthetic_values computes floats in float64 in [-1, 1) and then casts with astype, "
-    "which rounds values within half an ulp of 1 up to exactly 1.0; for float16 that is about 1 value "
-    "in 8192 (float32 too, rarely), breaking the documented 'Floats are uniform in [-1, 1)'"))
 def test_synthetic_float16_values_stay_below_one() -> None:
     v = synthetic_values(0, list(range(2000)), (100,), np.dtype("float16"))
     assert v.max() < 1.0
@@ -94,10 +90,6 @@ def test_synthetic_complex_values_have_both_parts() -> None:
     assert np.any(v.imag != 0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: SyntheticSource.seed accepts any int, but synthetic_values builds "
-    "np.array([seed], np.uint64), which raises OverflowError for a negative seed: the spec "
-    "validates and every batch then fails to load"))
 def test_negative_seed_accepted_by_the_spec_loads() -> None:
     src = SyntheticSourceImpl(SyntheticSource(kind="synthetic", count=2, shape=(3,), seed=-1))
     out = np.zeros((2, 3), np.float32)
@@ -196,10 +188,6 @@ def test_wrong_shape_without_a_spec_shape_is_refused_against_the_files_own_key(t
     assert "a.npy: shape [2, 3], expected [2, 2]" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: NpyDirSourceImpl._load_one reads a Fortran-ordered file with np.fromfile(...).reshape; "
-    "when the file is truncated, reshape raises a bare ValueError ('cannot reshape array of size ...') "
-    "instead of an InputError naming the file, so the scheduler retries it as a transient failure"))
 def test_truncated_fortran_order_file_is_an_input_error_naming_the_file(tmp_path: Path) -> None:
     np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((3, 4), np.float32)))
     data = (tmp_path / "f.npy").read_bytes()
@@ -211,10 +199,6 @@ def test_truncated_fortran_order_file_is_an_input_error_naming_the_file(tmp_path
     assert "truncated" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: NpyDirSourceImpl.items keys a big-endian '>f4' file by np.dtype(...).name, which drops "
-    "the byte order ('float32'), but _load_one compares the full dtype and refuses it with the "
-    "self-contradictory 'dtype >f4, expected float32': a directory of big-endian inputs never loads"))
 def test_big_endian_file_keyed_float32_loads_its_values(tmp_path: Path) -> None:
     arr = np.arange(5, dtype=">f4")
     np.save(tmp_path / "be.npy", arr)

@@ -318,11 +318,6 @@ def test_new_attempt_with_an_unknown_outcome_raises_value_error() -> None:
     assert int(t.attempt[0]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: TaskTable bulk operations (_move, new_attempt) assume unique indices; a row repeated "
-    "in one call is subtracted from counts() twice but its column is set once, so counts() stops "
-    "matching the state/phase columns (start([0, 0]) on two queued tasks counts 0 queued and 2 "
-    "running while the columns hold 1 and 1)"))
 def test_counts_match_columns_when_a_row_repeats_in_one_call() -> None:
     t = TaskTable()
     t.add(["a", "b"])
