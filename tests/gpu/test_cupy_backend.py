@@ -1,0 +1,68 @@
+"""The CuPy backend computes what the NumPy backend computes, and its streams overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from warpdeck.engine.api import Engine, load_spec
+from warpdeck.engine.tasks import Phase
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.out: dict[str, np.ndarray] = {}
+
+    def write(self, key: str, out: np.ndarray) -> None:
+        self.out[key] = np.array(out, copy=True)
+
+
+async def _run(spec, backend_name: str) -> _Collect:
+    from warpdeck.engine.backends import select_backend
+
+    sink = _Collect()
+    async with Engine(spec.model_copy(update={"backend": backend_name}), sink=sink,
+                      backend=select_backend(backend_name)) as eng:
+        report = await eng.wait()
+    assert report.counts.done == report.counts.total
+    return sink
+
+
+@pytest.mark.parametrize("name", ["spectrogram", "dense", "conv2d"])
+def test_cupy_matches_numpy_on_every_example(name: str) -> None:
+    spec = load_spec(EXAMPLES / f"{name}-synthetic.toml")
+    spec = spec.model_copy(update={"source": spec.source.model_copy(update={"count": 300, "seed": 11})})
+    gpu = asyncio.run(_run(spec, "cupy"))
+    cpu = asyncio.run(_run(spec, "numpy"))
+    assert gpu.out.keys() == cpu.out.keys()
+    for key in cpu.out:
+        assert np.isfinite(gpu.out[key]).all()
+        np.testing.assert_allclose(gpu.out[key], cpu.out[key], rtol=1e-3, atol=1e-5)
+    module = importlib.import_module(f"warpdeck.examples.{name}")
+    assert module is not None
+
+
+def test_cupy_lanes_overlap_h2d_compute_d2h() -> None:
+    spec = load_spec(EXAMPLES / "conv2d-synthetic.toml")
+    spec = spec.model_copy(update={"backend": "cupy", "batch_size": 256,
+                                   "source": spec.source.model_copy(update={"count": 256 * 40})})
+
+    async def go() -> list:
+        async with Engine(spec, sink=_Collect()) as eng:
+            await eng.wait()
+            return sorted(eng._timeline, key=lambda r: r.batch)
+
+    records = asyncio.run(go())
+    overlapping = sum(
+        1 for a, b in itertools.pairwise(records)
+        if b.phases[Phase.H2D - 1][0] < a.phases[Phase.COMPUTE - 1][1]
+    )
+    assert overlapping >= len(records) // 2
