@@ -1,17 +1,15 @@
-"""The CuPy backend computes what the NumPy backend computes, and its streams overlap."""
+"""The CuPy backend computes what the NumPy backend computes (overlap on a card: see issue 6)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from warpdeck.engine.api import Engine, load_spec
-from warpdeck.engine.tasks import Phase
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -48,21 +46,3 @@ def test_cupy_matches_numpy_on_every_example(name: str) -> None:
         np.testing.assert_allclose(gpu.out[key], cpu.out[key], rtol=1e-3, atol=1e-5)
     module = importlib.import_module(f"warpdeck.examples.{name}")
     assert module is not None
-
-
-def test_cupy_lanes_overlap_h2d_compute_d2h() -> None:
-    spec = load_spec(EXAMPLES / "conv2d-synthetic.toml")
-    spec = spec.model_copy(update={"backend": "cupy", "batch_size": 256,
-                                   "source": spec.source.model_copy(update={"count": 256 * 40})})
-
-    async def go() -> list:
-        async with Engine(spec, sink=_Collect()) as eng:
-            await eng.wait()
-            return sorted(eng._timeline, key=lambda r: r.batch)
-
-    records = asyncio.run(go())
-    overlapping = sum(
-        1 for a, b in itertools.pairwise(records)
-        if b.phases[Phase.H2D - 1][0] < a.phases[Phase.COMPUTE - 1][1]
-    )
-    assert overlapping >= len(records) // 2
