@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -54,7 +55,7 @@ def summary_table(report: RunReport) -> Table:
     t.add_column()
     c = report.counts
     t.add_row("tasks", f"{c.done} done, {c.failed} failed, {c.cancelled} cancelled of {c.total}")
-    t.add_row("backend", f"{report.backend} on {report.device} ({report.backend_reason})")
+    t.add_row("backend", escape(f"{report.backend} on {report.device} ({report.backend_reason})"))
     t.add_row("elapsed", f"{report.elapsed_s:.2f} s (first batch {report.first_batch_s or 0:.3f} s)")
     t.add_row("throughput", f"{report.throughput_tasks_s:,.1f} tasks/s, {report.throughput_bytes_s / 1e6:,.1f} MB/s"
               f" (steady {report.steady_tasks_s:,.1f} tasks/s)")
@@ -68,7 +69,7 @@ def summary_table(report: RunReport) -> Table:
     t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
     t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
     for fail in report.failures[:10]:
-        t.add_row(Text("failed", style="red"), f"{fail.key}: {fail.reason}")
+        t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
     if len(report.failures) > 10:
         t.add_row("", f"... and {len(report.failures) - 10} more (see --json)")
     return t

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec) if args.command == "run" else _demo_spec(args.count)
     except SpecError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal))
     except BackendError as exc:
-        err.print(f"error: {exc}", highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
