@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.tasks import State
 
 if TYPE_CHECKING:
     from warpdeck.engine.scheduler import Engine
@@ -83,9 +85,10 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
     """The report of ``engine``'s run as of ``snap``."""
     f = snap.figures
     c = snap.counts
-    failures = [ReportFailure(key=k, reason=engine.table.error(int(r)), attempt=int(engine.table.attempt[r]))
-                for r in engine.table.indices(None)[(engine.table.state[: len(engine.table)] >= 3)].tolist()
-                for k in (engine.table.keys[r],)]
+    t = engine.table
+    unfinished = np.flatnonzero(t.state[: len(t)] >= State.FAILED)
+    failures = [ReportFailure(key=t.keys[r], reason=t.error(r), attempt=int(t.attempt[r]))
+                for r in unfinished.tolist()]
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
         device=snap.device, lanes=len(snap.lanes), batch_size=engine.spec.batch_size,
