@@ -165,6 +165,19 @@ class _InFlight:
     error: tuple[Phase, BaseException] | None = None
 
 
+@dataclass(slots=True)
+class _Filling:
+    batch: Batch
+    slot: Slot
+    plan: StagePlan
+    fill: Marker
+    #: Release of the pinned input: chained to this batch's h2d, or freed if it never runs.
+    release: Marker
+    in_bytes: int
+    out_bytes: int
+    h2d: Marker | None = None
+
+
 _STOP = None
 
 
@@ -191,6 +204,7 @@ class Lane:
         self.reallocations = 0
         self._q: list[asyncio.Queue[_InFlight | None]] = [asyncio.Queue() for _ in range(4)]
         self._inflight: dict[int, _InFlight] = {}
+        self._fills: asyncio.Queue[_Filling | None] = asyncio.Queue()
 
     # -- ring -------------------------------------------------------------------------------------
     @property
@@ -231,6 +245,7 @@ class Lane:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._front(), name=f"lane{self.id}-front")
+                tg.create_task(self._watch_fill(), name=f"lane{self.id}-fill")
                 tg.create_task(self._watch(0, Phase.H2D, Phase.COMPUTE), name=f"lane{self.id}-h2d")
                 tg.create_task(self._watch(1, Phase.COMPUTE, Phase.D2H), name=f"lane{self.id}-compute")
                 tg.create_task(self._watch(2, Phase.D2H, Phase.SINK), name=f"lane{self.id}-d2h")
@@ -240,12 +255,18 @@ class Lane:
             # Whatever ended the lane, no stream job may wait forever on a release.
             for item in self._inflight.values():
                 free(item.sink_release)
+            while not self._fills.empty():
+                f = self._fills.get_nowait()
+                if f is not None:
+                    free(f.release)
             for slot in self.ring:
                 for b in slot.buffers():
                     free(b.release)
             await asyncio.to_thread(self.streams.close)
 
     async def _front(self) -> None:
+        """Take a free slot, then a batch, and queue its fill: the fill stream always has the
+        next batch waiting behind the running one, as the device streams do."""
         try:
             while True:
                 slot = self._next_slot()
@@ -255,23 +276,30 @@ class Lane:
                 batch = await self.host.next_batch(self)
                 if batch is None:
                     return
-                await self._start(batch, slot)
+                filling = self._begin_fill(batch, slot)
+                if filling is not None:
+                    await self._fills.put(filling)
         finally:
-            await self._q[0].put(_STOP)
+            await self._fills.put(_STOP)
 
-    async def _start(self, batch: Batch, slot: Slot) -> None:
+    def _begin_fill(self, batch: Batch, slot: Slot) -> _Filling | None:
         batch.lane, batch.slot = self.id, slot.index
         self.host.on_started(batch)
-        plan = self.plan_for(batch.key)
-        n = len(batch)
-        in_shape = (n, *batch.key.shape)
+        try:
+            plan = self.plan_for(batch.key)
+        except Exception as exc:  # noqa: BLE001 - a stage's out_spec refusing this key fails the batch
+            self.host.on_failed(batch, Phase.FILL, exc)
+            return None
+        in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
         self._ensure(slot.host_in, in_bytes, device=False)
         host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
         slot.newest, slot.newest_phase = batch.id, Phase.FILL
         slot.host_in.holder = batch.id
-        self.status = "filling"
+        # The pinned input is this batch's until its h2d is done (chained when h2d is submitted).
+        release = pending_marker(Phase.H2D)
+        slot.host_in.release = release
         items = batch.items
         source = self.source
 
@@ -282,26 +310,42 @@ class Lane:
                 host_in[: len(good)] = host_in[good]
             return errors
 
-        fill_m = self.streams.submit(Phase.FILL, fill)  # type: ignore[arg-type]
-        await self._await_fill(fill_m, batch)
-        exc = fill_m.failed()
+        fill_m = self.streams.submit(Phase.FILL, fill)
+        return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
+
+    async def _watch_fill(self) -> None:
+        try:
+            while (f := await self._fills.get()) is not None:
+                try:
+                    await self._finish_fill(f)
+                finally:
+                    if f.h2d is None:
+                        free(f.release)
+        finally:
+            await self._q[0].put(_STOP)
+
+    async def _finish_fill(self, f: _Filling) -> None:
+        batch, slot = f.batch, f.slot
+        self.status = "filling"
+        await self._await_fill(f.fill, batch)
+        exc = f.fill.failed()
         if exc is not None:
-            self._fail_early(batch, slot, fill_m, Phase.FILL, exc)
+            self._fail_early(batch, slot, f.fill, Phase.FILL, exc)
             return
-        errors: list[BaseException | None] = fill_m.future.result()  # type: ignore[assignment]
+        errors: list[BaseException | None] = f.fill.future.result()
         if any(e is not None for e in errors):
             batch = self.host.on_filled(batch, errors)
             if len(batch) == 0:
                 return
-            n = len(batch)
-            in_shape = (n, *batch.key.shape)
-            host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
+        in_shape = (len(batch), *batch.key.shape)
+        in_dtype = np.dtype(batch.key.dtype)
+        host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
         # A buffer grows only while free; waiting here is rare (a larger key than before).
-        for b, need in ((slot.dev_in, in_bytes), (slot.dev_out, out_bytes), (slot.host_out, out_bytes)):
+        for b, need in ((slot.dev_in, f.in_bytes), (slot.dev_out, f.out_bytes), (slot.host_out, f.out_bytes)):
             if b.cap < need:
                 await b.release.wait()
         self.host.on_phase(batch, Phase.H2D)
-        self._submit_device(batch, slot, plan, fill_m, host_in, in_shape, in_dtype)
+        f.h2d = self._submit_device(batch, slot, f.plan, f.fill, host_in, in_shape, in_dtype, f.release)
 
     def batch_bytes(self, key: BatchKey, plan: StagePlan) -> tuple[int, int]:
         """Bytes of a full batch's input and output buffers for ``key``."""
@@ -328,7 +372,7 @@ class Lane:
                 await fill_w
 
     def _submit_device(self, batch: Batch, slot: Slot, plan: StagePlan, fill_m: Marker, host_in: Any,
-                       in_shape: tuple[int, ...], in_dtype: np.dtype[Any]) -> None:
+                       in_shape: tuple[int, ...], in_dtype: np.dtype[Any], host_release: Marker) -> Marker:
         be = self.backend
         n = in_shape[0]
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
@@ -355,7 +399,7 @@ class Lane:
                 fn(xp, views[i], views[i + 1])
 
         h2d_m = be.h2d(self.streams, dev_in, host_in, [slot.dev_in.release])
-        slot.host_in.release = h2d_m.released()
+        chain_release(h2d_m, host_release)
         comp_m = be.compute(self.streams, compute, [h2d_m, slot.dev_out.release])
         slot.dev_in.release = comp_m.released()
         slot.dev_in.holder = batch.id
@@ -371,6 +415,7 @@ class Lane:
         item = _InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release, out_wait, host_out)
         self._inflight[batch.id] = item
         self._q[0].put_nowait(item)
+        return h2d_m
 
     def _fail_early(self, batch: Batch, slot: Slot, fill_m: Marker, phase: Phase, exc: BaseException) -> None:
         self.host.on_failed(batch, phase, exc)

@@ -137,6 +137,9 @@ def chain_release(job: Marker, release: Marker) -> None:
     (a failed device job leaves the event it recorded on the exception, if it got that far)."""
 
     def done(f: cf.Future[Any]) -> None:
+        if f.cancelled():  # a stream shut down before running the job: the buffer is free
+            free(release)
+            return
         exc = f.exception()
         if exc is not None:
             ev = getattr(exc, "warpdeck_event", None)
