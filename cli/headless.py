@@ -9,8 +9,8 @@ import asyncio
 from pathlib import Path
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -19,6 +19,7 @@ from warpdeck.engine.api import Engine, EngineSnapshot, PipelineSpec, RunReport
 __all__ = ["render_snapshot", "run_headless", "summary_table"]
 
 _PHASES = ("fill", "h2d", "compute", "d2h", "sink")
+_SHOWN_FAILURES = 10
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:
@@ -36,7 +37,7 @@ def render_snapshot(snap: EngineSnapshot) -> Group:
         f"{_bar(c.finished, total)} {c.finished}/{total}  ", (f"{f.recent_tasks_s:,.0f} tasks/s", "green"),
     )
     phases = Table.grid(padding=(0, 2))
-    for name in ("queued", *_PHASES, "stalled", "done", "failed"):
+    for _ in range(len(_PHASES) + 4):
         phases.add_column(justify="right")
     phases.add_row(*(Text(n, style="dim") for n in ("queued", *_PHASES, "stalled", "done", "failed")))
     phases.add_row(str(c.queued), *(str(c.running[p]) for p in _PHASES), str(sum(c.stalled.values())),
@@ -68,10 +69,10 @@ def summary_table(report: RunReport) -> Table:
     t.add_row("stalls", "  ".join(f"{k} {v:.2f}s" for k, v in report.stall_s.items() if v) or "none")
     t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
     t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
-    for fail in report.failures[:10]:
+    for fail in report.failures[:_SHOWN_FAILURES]:
         t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
-    if len(report.failures) > 10:
-        t.add_row("", f"... and {len(report.failures) - 10} more (see --json)")
+    if len(report.failures) > _SHOWN_FAILURES:
+        t.add_row("", f"... and {len(report.failures) - _SHOWN_FAILURES} more (see --json)")
     return t
 
 

@@ -229,7 +229,7 @@ def resolve_target(target: str, search: Path | None = None) -> Callable[..., Any
         sys.path.insert(0, str(search))
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+    except Exception as exc:
         raise LookupError(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
     if fn is None:

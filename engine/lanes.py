@@ -34,8 +34,8 @@ from warpdeck.engine.backends.base import (
     pending_marker,
 )
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.sources import BatchKey, Source
 from warpdeck.engine.sinks import Sink
+from warpdeck.engine.sources import BatchKey, Source
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["BatchRecord", "Lane", "LaneHost", "Slot", "StagePlan"]
@@ -484,7 +484,7 @@ class Lane:
                     errors.append(exc)
             return errors
 
-        item.sink = self.streams.submit(Phase.SINK, write)  # type: ignore[arg-type]
+        item.sink = self.streams.submit(Phase.SINK, write)
         chain_release(item.sink, item.sink_release)
 
     async def _watch_sink(self) -> None:
@@ -500,7 +500,7 @@ class Lane:
                 continue
             try:
                 await item.sink.wait()
-                errors: list[BaseException | None] = item.sink.future.result()  # type: ignore[assignment]
+                errors: list[BaseException | None] = item.sink.future.result()
             except Exception as exc:  # noqa: BLE001
                 self.host.on_failed(item.batch, Phase.SINK, _root(exc))
                 self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=False))

@@ -19,6 +19,8 @@ from warpdeck.engine.tasks import RUN_PHASES, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]
 
+#: Batches needed before a steady-state rate means anything (first done to last done).
+_STEADY_MIN = 3
 _PHASE_NAMES = tuple(p.name.lower() for p in RUN_PHASES)
 
 
@@ -132,7 +134,7 @@ class MetricsAccumulator:
         total = float(means.sum())
         serial_bound = mean_batch / total if total > 0 else 0.0
         span = self.last_end - self.first_end
-        steady = (self.tasks - self.first_tasks) / span if self.batches >= 3 and span > 0 else done / elapsed
+        steady = (self.tasks - self.first_tasks) / span if self.batches >= _STEADY_MIN and span > 0 else done / elapsed
         while self._recent and self._recent[0][0] < now - self._recent_s:
             self._recent.popleft()
         recent = sum(n for _, n in self._recent) / self._recent_s if self._recent else 0.0

@@ -60,6 +60,8 @@ from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State, TaskTab
 
 __all__ = ["Engine"]
 
+#: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
+_TUNE_MIN_RECORDS = 4
 _SLOT_STATE = {Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
                Phase.D2H: "d2h", Phase.SINK: "readable"}
 
@@ -222,7 +224,8 @@ class Engine:
                         return None
                 due = self.ready.next_due()
                 wake = self._wake
-                self._lane_wait[lane.id] = (waited_from, StallReason.CONTROL if self.feeder.paused else StallReason.MEMORY)
+                reason = StallReason.CONTROL if self.feeder.paused else StallReason.MEMORY
+                self._lane_wait[lane.id] = (waited_from, reason)
                 timeout = None if due is None or self.feeder.paused else max(0.0, due - time.monotonic()) + 1e-4
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout)
@@ -252,7 +255,8 @@ class Engine:
     def _live(self, batch: Batch) -> npt.NDArray[np.int64]:
         """The batch's rows still running (an operator may have cancelled some on the way)."""
         idx = batch.idx
-        return idx[self.table.state[idx] == State.RUNNING]
+        live: npt.NDArray[np.int64] = idx[self.table.state[idx] == State.RUNNING]
+        return live
 
     def on_phase(self, batch: Batch, phase: Phase) -> None:
         t0 = time.perf_counter()
@@ -315,7 +319,7 @@ class Engine:
 
     def _tune(self, lane: Lane, recs: deque[BatchRecord]) -> None:
         ok = [r for r in recs if r.ok]
-        if len(ok) < 4:
+        if len(ok) < _TUNE_MIN_RECORDS:
             return
         sums = np.array([[r.duration(p) for p in RUN_PHASES] for r in ok]).sum(axis=0)
         i = int(np.argmax(sums))
@@ -392,13 +396,13 @@ class Engine:
             return CommandResult(True, len(rows), f"retrying {len(rows)} failed task(s)")
         if isinstance(cmd, RequeueStalled):
             waiting = set(self.ready.pending())
-            rows = [r for r in self.table.indices(State.QUEUED, stalled=True).tolist() if r in waiting]
-            self.ready.remove(rows)
-            for r in rows:
+            stalled = [r for r in self.table.indices(State.QUEUED, stalled=True).tolist() if r in waiting]
+            self.ready.remove(stalled)
+            for r in stalled:
                 self.ready.put_retry(r, self.feeder.handles[r], isolate=False)
             running = len(self.table.indices(State.RUNNING, stalled=True))
             note = f"; {running} stalled in flight stay with their batch" if running else ""
-            return CommandResult(True, len(rows), f"requeued {len(rows)} stalled task(s) to the front{note}")
+            return CommandResult(True, len(stalled), f"requeued {len(stalled)} stalled task(s) to the front{note}")
         if isinstance(cmd, SetDepth):
             self.auto_depth = False
             for lane in self.lanes:
@@ -420,7 +424,8 @@ class Engine:
         self.table.cancel(queued, "cancelled by operator")
         running = rows[self.table.state[rows] == State.RUNNING]
         self._cancel_rows.update(running.tolist())
-        return CommandResult(True, len(rows), f"cancelled {len(queued)} queued; {len(running)} running stop at their next phase")
+        return CommandResult(True, len(rows),
+                             f"cancelled {len(queued)} queued; {len(running)} running stop at their next phase")
 
     # -- snapshots ----------------------------------------------------------------------------------
     def task_detail(self, key: str) -> TaskDetail | None:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.config import CallableSink, NpyDirSink, NullSink, resolve_target
 
-__all__ = ["CallableSinkImpl", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "TMP_SUFFIX", "open_sink"]
+__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
 
 TMP_SUFFIX = ".tmp"
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
@@ -52,7 +52,7 @@ class NpyDirSinkImpl:
         try:
             with tmp.open("wb") as f:
                 np.lib.format.write_array(f, np.ascontiguousarray(out), allow_pickle=False)
-            os.replace(tmp, final)
+            tmp.replace(final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -89,7 +89,8 @@ def _splitmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return z ^ (z >> np.uint64(31))
 
 
-def synthetic_values(seed: int, indices: Sequence[int], shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+def synthetic_values(seed: int, indices: Sequence[int], shape: tuple[int, ...],
+                     dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """The inputs of tasks ``indices``: a pure function of (seed, index, element), so a task's
     data never depends on which batch it lands in. Floats are uniform in [-1, 1)."""
     n = int(np.prod(shape, dtype=np.int64))
@@ -115,7 +116,7 @@ class SyntheticSourceImpl:
 
     def __init__(self, spec: SyntheticSource) -> None:
         self.spec = spec
-        self.total = spec.count
+        self.total: int | None = spec.count
         self._key = BatchKey("synthetic", tuple(spec.shape), spec.dtype)
         self._dtype = np.dtype(spec.dtype)
 
@@ -202,7 +203,7 @@ class NpyDirSourceImpl:
                 if got == want.nbytes:
                     row[...] = flat.reshape(shape[::-1]).T
             else:
-                got = f.readinto(memoryview(row.reshape(-1).view(np.uint8)))
+                got = f.readinto(row.reshape(-1).view(np.uint8).data)
                 if got == want.nbytes and not dtype.isnative:
                     row.byteswap(inplace=True)  # stored big-endian: the row holds native values
         if got != want.nbytes:

@@ -76,7 +76,7 @@ class Marker:
     device: bool = False
 
     def _event(self) -> DeviceEvent | None:
-        return self.future.result() if self.device else None  # type: ignore[no-any-return]
+        return self.future.result() if self.device else None
 
     def done(self) -> bool:
         """True once the work is finished (successfully or not); never blocks."""
@@ -103,7 +103,7 @@ class Marker:
         """The job's exception, if it finished with one."""
         return self.future.exception() if self.future.done() else None
 
-    async def wait(self, timeout: float | None = None) -> None:
+    async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a deadline per marker, not a scope
         """Wait from asyncio without blocking the loop; raises the job's exception, or
         ``MarkerTimeout`` after ``timeout`` seconds."""
         try:
@@ -229,11 +229,25 @@ def _wait_done(d: Marker) -> BaseException | None:
 class Backend(Protocol):
     """Buffers and copies for one device. ``xp`` is the array module stage functions get."""
 
-    name: str
-    xp: ModuleType
-    device_name: str
-    #: Why this backend was chosen (``auto`` explains a fallback here).
-    reason: str
+    @property
+    def name(self) -> str:
+        """"numpy" or "cupy"."""
+        ...
+
+    @property
+    def xp(self) -> ModuleType:
+        """The array module stage functions get."""
+        ...
+
+    @property
+    def device_name(self) -> str:
+        """The device, as the report shows it."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why this backend was chosen (``auto`` explains a fallback here)."""
+        ...
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         """A host staging buffer (pinned on a GPU), allocated once per slot."""

@@ -26,7 +26,8 @@ __all__ = ["CupyBackend", "cupy_unavailable_reason"]
 def _import_cupy() -> ModuleType:
     import cupy  # noqa: PLC0415 - imported here only, lazily: the engine must load without CUDA
 
-    return cupy
+    module: ModuleType = cupy
+    return module
 
 
 def cupy_unavailable_reason() -> str | None:

@@ -43,13 +43,13 @@ class NumpyBackend:
         return StreamSet(lane)
 
     def h2d(self, streams: StreamSet, dst: Any, src: npt.NDArray[Any], deps: Sequence[Marker]) -> Marker:
-        return streams.submit(Phase.H2D, lambda: np.copyto(dst, src), deps)  # type: ignore[func-returns-value]
+        return streams.submit(Phase.H2D, lambda: np.copyto(dst, src), deps)
 
     def compute(self, streams: StreamSet, fn: Callable[[], None], deps: Sequence[Marker]) -> Marker:
-        return streams.submit(Phase.COMPUTE, fn, deps)  # type: ignore[arg-type]
+        return streams.submit(Phase.COMPUTE, fn, deps)
 
     def d2h(self, streams: StreamSet, dst: npt.NDArray[Any], src: Any, deps: Sequence[Marker]) -> Marker:
-        return streams.submit(Phase.D2H, lambda: np.copyto(dst, src), deps)  # type: ignore[func-returns-value]
+        return streams.submit(Phase.D2H, lambda: np.copyto(dst, src), deps)
 
     def close(self) -> None:
         pass

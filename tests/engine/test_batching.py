@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from warpdeck.engine.batching import Batch, ReadyQueue
 from warpdeck.engine.sources import BatchKey, TaskInput
 

@@ -10,7 +10,7 @@ from wd_stages import RecordingSink, SleepySource
 from warpdeck.engine.api import Cancel, Drain, Engine, Pause, Resume, SetDepth
 
 
-async def _until(cond, eng: Engine, limit: float = 10.0) -> None:
+async def _until(cond, eng: Engine, limit: float = 60.0) -> None:
     async def wait() -> None:
         async for snap in eng.publisher.stream():
             if cond(snap):
