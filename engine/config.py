@@ -137,7 +137,7 @@ class FeederSpec(_Model):
     """Stop pulling from the source at this many ready tasks (default: 8 batches)."""
     auto_depth: bool = True
     """Deepen lanes' slot rings while their bottleneck waits for input (tf.data AUTOTUNE style)."""
-    max_depth: int = Field(default=8, ge=2, le=64)
+    max_depth: int = Field(default=16, ge=2, le=64)
     """Deepest slot ring the auto-tuner may reach."""
     memory_budget_mb: float = Field(default=1024.0, gt=0)
     """Host and device memory all slot buffers together may use."""

@@ -157,10 +157,10 @@ class DepthTuner:
     Each window of ``window`` batches, the lane reports the bottleneck phase's busy time and
     the span it covered; idle = 1 - busy/span. Idle above ``idle_threshold`` with every phase's
     mean below the bottleneck's means jitter, not a slower phase, so a deeper ring helps; grow
-    one slot, then watch another window. Never above ``max_depth`` or the budget.
+    by one slot per 5 % idle, then watch another window. Never above ``max_depth`` or the budget.
     """
 
-    def __init__(self, max_depth: int, budget_bytes: int, idle_threshold: float = 0.02, window: int = 16) -> None:
+    def __init__(self, max_depth: int, budget_bytes: int, idle_threshold: float = 0.02, window: int = 8) -> None:
         self.max_depth = max_depth
         self.budget_bytes = budget_bytes
         self.idle_threshold = idle_threshold
@@ -175,5 +175,11 @@ class DepthTuner:
             if not self.decisions or self.decisions[-1].reason != "budget":
                 self.decisions.append(TunerDecision(lane, depth, idle_fraction, "budget"))
             return depth
-        self.decisions.append(TunerDecision(lane, depth + 1, idle_fraction, "bottleneck idle"))
-        return depth + 1
+        # Grow in proportion to the idle share (one slot per 5 % idle), so a heavy-tailed phase
+        # reaches a useful depth within a few windows instead of one slot per window.
+        step = max(1, int(idle_fraction / 0.05))
+        new = min(self.max_depth, depth + step)
+        while new > depth + 1 and used_bytes + (new - depth) * slot_bytes > self.budget_bytes:
+            new -= 1
+        self.decisions.append(TunerDecision(lane, new, idle_fraction, "bottleneck idle"))
+        return new

@@ -20,8 +20,9 @@ async def _until(cond, eng: Engine, limit: float = 60.0) -> None:
 
 def test_pause_stops_new_batches_and_stalls_queued_work_then_resume_finishes() -> None:
     async def scenario() -> None:
-        s = spec(["wd_stages:sleep_2ms"], batch_size=4)
-        async with Engine(s, source=SleepySource(200), sink=RecordingSink()) as eng:
+        # 10 ms per batch of 4: 1 s of work, so the pause lands with work still queued.
+        s = spec(["wd_stages:sleep_10ms"], batch_size=4)
+        async with Engine(s, source=SleepySource(400), sink=RecordingSink()) as eng:
             await _until(lambda sn: sn.counts.done >= 8, eng)
             result = await eng.command(Pause())
             assert result.ok
@@ -34,7 +35,7 @@ def test_pause_stops_new_batches_and_stalls_queued_work_then_resume_finishes() -
             assert eng.snapshot().counts.done == done_at_pause
             await eng.command(Resume())
             report = await eng.wait()
-            assert report.counts.done == 200
+            assert report.counts.done == 400
             assert report.stall_s["control"] > 0
     asyncio.run(scenario())
 

@@ -226,11 +226,18 @@ def test_set_watermarks_ignores_an_inverted_pair() -> None:
 MB = 2**20
 
 
-def test_tuner_grows_one_slot_when_idle_above_threshold_and_budget_allows() -> None:
+def test_tuner_grows_one_slot_per_five_percent_idle_when_budget_allows() -> None:
     tuner = DepthTuner(max_depth=8, budget_bytes=100 * MB, idle_threshold=0.05)
-    assert tuner.decide(lane=0, depth=2, idle_fraction=0.3, slot_bytes=10 * MB, used_bytes=20 * MB) == 3
-    (d,) = tuner.decisions
-    assert (d.lane, d.depth, d.idle_fraction, d.reason) == (0, 3, 0.3, "bottleneck idle")
+    assert tuner.decide(lane=0, depth=2, idle_fraction=0.07, slot_bytes=10 * MB, used_bytes=20 * MB) == 3
+    assert tuner.decide(lane=0, depth=3, idle_fraction=0.16, slot_bytes=10 * MB, used_bytes=30 * MB) == 6
+    assert [(d.lane, d.depth, d.reason) for d in tuner.decisions] == [(0, 3, "bottleneck idle"),
+                                                                       (0, 6, "bottleneck idle")]
+
+
+def test_tuner_step_is_cut_to_what_the_budget_holds() -> None:
+    tuner = DepthTuner(max_depth=16, budget_bytes=100 * MB)
+    # 50 % idle asks for ten slots; the budget has room for three more.
+    assert tuner.decide(0, 2, 0.5, slot_bytes=20 * MB, used_bytes=40 * MB) == 5
 
 
 def test_tuner_keeps_depth_when_idle_is_at_or_below_threshold() -> None:
@@ -246,7 +253,7 @@ def test_tuner_never_grows_past_max_depth() -> None:
     for _ in range(10):
         depth = tuner.decide(0, depth, 0.5, MB, depth * MB)
     assert depth == 4
-    assert [d.depth for d in tuner.decisions] == [3, 4]
+    assert [d.depth for d in tuner.decisions] == [4]
 
 
 def test_tuner_refuses_growth_beyond_the_budget_and_records_why() -> None:
