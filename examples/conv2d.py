@@ -14,7 +14,6 @@ Generate inputs with ``python -m warpdeck.examples.conv2d DIR --count 500``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from warpdeck.examples._cli import input_cli
 
 __all__ = ["INPUT_SHAPE", "KERNEL", "main", "make_inputs", "out_spec", "reference", "stage"]
 
@@ -106,18 +107,8 @@ def make_inputs(directory: str | Path, count: int, seed: int = 0) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m warpdeck.examples.conv2d DIR --count N --seed S`` writes inputs."""
-    parser = argparse.ArgumentParser(
-        prog="python -m warpdeck.examples.conv2d", description="Write conv2d example inputs (.npy images)."
-    )
-    parser.add_argument("directory", type=Path, help="folder to write into (created if missing)")
-    parser.add_argument("--count", type=int, default=100, help="how many inputs (default 100)")
-    parser.add_argument("--seed", type=int, default=0, help="non-negative random seed (default 0)")
-    args = parser.parse_args(argv)
-    if args.count < 0 or args.seed < 0:
-        parser.error("--count and --seed must be non-negative")
-    paths = make_inputs(args.directory, args.count, args.seed)
-    print(f"wrote {len(paths)} inputs of shape {INPUT_SHAPE} float32 to {args.directory}")
-    return 0
+    return input_cli("conv2d", "Write conv2d example inputs (.npy images).",
+                     make_inputs, f"shape {INPUT_SHAPE} float32", argv)
 
 
 if __name__ == "__main__":

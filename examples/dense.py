@@ -9,7 +9,6 @@ Generate inputs with ``python -m warpdeck.examples.dense DIR --count 500``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from warpdeck.examples._cli import input_cli
 
 __all__ = ["BIAS", "D_IN", "D_OUT", "INPUT_SHAPE", "WEIGHTS", "main", "make_inputs", "out_spec", "reference", "stage"]
 
@@ -108,18 +109,8 @@ def make_inputs(directory: str | Path, count: int, seed: int = 0) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m warpdeck.examples.dense DIR --count N --seed S`` writes inputs."""
-    parser = argparse.ArgumentParser(
-        prog="python -m warpdeck.examples.dense", description="Write dense-layer example inputs (.npy vectors)."
-    )
-    parser.add_argument("directory", type=Path, help="folder to write into (created if missing)")
-    parser.add_argument("--count", type=int, default=100, help="how many inputs (default 100)")
-    parser.add_argument("--seed", type=int, default=0, help="non-negative random seed (default 0)")
-    args = parser.parse_args(argv)
-    if args.count < 0 or args.seed < 0:
-        parser.error("--count and --seed must be non-negative")
-    paths = make_inputs(args.directory, args.count, args.seed)
-    print(f"wrote {len(paths)} inputs of shape {INPUT_SHAPE} float32 to {args.directory}")
-    return 0
+    return input_cli("dense", "Write dense-layer example inputs (.npy vectors).",
+                     make_inputs, f"shape {INPUT_SHAPE} float32", argv)
 
 
 if __name__ == "__main__":
