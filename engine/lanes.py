@@ -35,7 +35,7 @@ from warpdeck.engine.backends.base import (
 )
 from warpdeck.engine.batching import Batch
 from warpdeck.engine.sinks import Sink
-from warpdeck.engine.sources import BatchKey, Source
+from warpdeck.engine.sources import BatchKey, Source, item_nbytes
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["BatchRecord", "Lane", "LaneHost", "Slot", "StagePlan"]
@@ -53,11 +53,11 @@ class StagePlan:
     @property
     def out_nbytes(self) -> int:
         """Bytes of one task's final output."""
-        return int(np.prod(self.shapes[-1], dtype=np.int64)) * self.dtypes[-1].itemsize
+        return item_nbytes(self.shapes[-1], self.dtypes[-1])
 
     def mid_nbytes(self, i: int) -> int:
         """Bytes of one task's output of stage ``i``."""
-        return int(np.prod(self.shapes[i + 1], dtype=np.int64)) * self.dtypes[i + 1].itemsize
+        return item_nbytes(self.shapes[i + 1], self.dtypes[i + 1])
 
 
 @dataclass(frozen=True, slots=True)

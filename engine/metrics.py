@@ -114,9 +114,10 @@ class MetricsAccumulator:
     def add_latencies(self, latencies: np.ndarray) -> None:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
         cap = len(self._lat)
-        for v in latencies[-cap:]:
-            self._lat[self._lat_n % cap] = v
-            self._lat_n += 1
+        vals = latencies[-cap:]
+        pos = (self._lat_n + np.arange(len(vals))) % cap
+        self._lat[pos] = vals
+        self._lat_n += len(vals)
 
     def add_stall(self, reason: StallReason, seconds: float) -> None:
         """Time some work spent stalled for ``reason``."""

@@ -110,9 +110,7 @@ class Engine:
         self._t0 = time.perf_counter()
         self._status = "starting"
         self._cancelled_all = False
-        self._tg: asyncio.TaskGroup | None = None
         self._main: asyncio.Task[None] | None = None
-        self._done = asyncio.Event()
         self.first_batch_s: float | None = None
         self.report: RunReport | None = None
 
@@ -141,7 +139,6 @@ class Engine:
     async def _run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = tg
                 feeder = tg.create_task(self.feeder.run(), name="warpdeck-feeder")
                 pub = tg.create_task(self._publish_loop(), name="warpdeck-snapshots")
                 lanes = [tg.create_task(lane.run(), name=f"warpdeck-lane{lane.id}") for lane in self.lanes]
@@ -153,7 +150,6 @@ class Engine:
             self.report = make_report(self, self.snapshot())
             self.publisher.publish(self.snapshot())
             self.publisher.close()
-            self._done.set()
 
     def _final_status(self) -> str:
         if self._cancelled_all:

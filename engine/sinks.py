@@ -8,7 +8,6 @@ a crash never leaves a partial output and a re-run overwrites instead of duplica
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,11 +16,11 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.config import CallableSink, NpyDirSink, NullSink, resolve_target
+from warpdeck.engine.sources import SAFE_KEY
 
 __all__ = ["TMP_SUFFIX", "CallableSinkImpl", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
 
 TMP_SUFFIX = ".tmp"
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
 
 class Sink(Protocol):
@@ -45,7 +44,7 @@ class NpyDirSinkImpl:
         return self.dir / f"{key}.npy"
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
-        if not _SAFE_KEY.match(key) or key.startswith("."):
+        if not SAFE_KEY.match(key) or key.startswith("."):
             raise ValueError(f"task key {key!r} cannot name an output file")
         final = self.path(key)
         tmp = self.dir / f".{key}.npy.{self._pid}{TMP_SUFFIX}"

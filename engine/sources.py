@@ -19,6 +19,7 @@ import numpy.typing as npt
 from warpdeck.engine.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
 
 __all__ = [
+    "SAFE_KEY",
     "BatchKey",
     "InputError",
     "IterableSource",
@@ -26,8 +27,18 @@ __all__ = [
     "Source",
     "SyntheticSourceImpl",
     "TaskInput",
+    "item_nbytes",
     "open_source",
 ]
+
+
+#: Task keys name output files, so they are restricted to what is safe in a file name.
+SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+def item_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any] | str) -> int:
+    """Bytes of one task's array of ``shape`` and ``dtype``."""
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +52,7 @@ class BatchKey:
     @property
     def nbytes(self) -> int:
         """Bytes of one task's input."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return item_nbytes(self.shape, self.dtype)
 
     def __str__(self) -> str:
         return f"{self.kind}{list(self.shape)}:{self.dtype}"
@@ -210,9 +221,6 @@ class NpyDirSourceImpl:
             raise InputError(f"{path.name}: truncated ({got} of {want.nbytes} bytes)")
 
 
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
-
-
 class IterableSource:
     """Arrays (or ``(key, array)`` pairs) from any Python iterable, for the API and ``callable``
     specs. Items are held until loaded."""
@@ -227,7 +235,7 @@ class IterableSource:
             key, arr = item if isinstance(item, tuple) else (f"item-{i:08d}", item)
             arr = np.asarray(arr)
             key = str(key)
-            err = "" if _SAFE_KEY.match(key) else f"key {key[:40]!r} must be letters, digits, '.', '_' or '-'"
+            err = "" if SAFE_KEY.match(key) else f"key {key[:40]!r} must be letters, digits, '.', '_' or '-'"
             if arr.dtype.hasobject:
                 err = err or "object arrays are refused"
             yield TaskInput(key, BatchKey("array", tuple(arr.shape), arr.dtype.name), arr, err)

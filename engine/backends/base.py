@@ -168,12 +168,11 @@ class StreamSet:
     """The five ordered executors of one lane. Jobs run in submission order per stream; each
     first waits for its dependency markers (within its own thread, as a CUDA stream would)."""
 
-    def __init__(self, lane: int, on_device: Callable[[Marker, Sequence[Marker]], None] | None = None) -> None:
+    def __init__(self, lane: int) -> None:
         self._pools = {
             p: cf.ThreadPoolExecutor(1, thread_name_prefix=f"warpdeck-lane{lane}-{p.name.lower()}")
             for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
         }
-        self._on_device = on_device
         self._closed = threading.Event()
 
     def submit(self, phase: Phase, job: Callable[[], Any],
