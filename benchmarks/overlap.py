@@ -99,7 +99,8 @@ def run_serial(load_s: np.ndarray) -> dict[str, Any]:
             "measured_bound_batches_s": float(1.0 / means.max())}
 
 
-async def _warpdeck(load_s: np.ndarray, run_dir: str) -> tuple[RunReport, ScheduledSource, BatchSleepSink]:
+async def _warpdeck(load_s: np.ndarray, run_dir: str,
+                    journal: bool = True) -> tuple[RunReport, ScheduledSource, BatchSleepSink]:
     n = len(load_s)
     spec = parse_spec({
         "name": "bench-overlap", "backend": "numpy", "batch_size": BATCH, "slot_depth": 2, "lanes": 1,
@@ -110,15 +111,16 @@ async def _warpdeck(load_s: np.ndarray, run_dir: str) -> tuple[RunReport, Schedu
     })
     source = ScheduledSource(load_s, BATCH, SHAPE, _block())
     sink = BatchSleepSink(SINK_S, BATCH)
-    async with Engine(spec, run_dir, source=source, sink=sink) as eng:
+    async with Engine(spec, run_dir, source=source, sink=sink, journal=journal) as eng:
         report = await eng.wait()
     return report, source, sink
 
 
-def run_warpdeck(load_s: np.ndarray) -> dict[str, Any]:
+def run_warpdeck(load_s: np.ndarray, journal: bool = True) -> dict[str, Any]:
+    """One warpdeck run in a fresh run directory; ``journal`` off measures the engine without it."""
     with tempfile.TemporaryDirectory(prefix="wd-bench-") as run_dir:
         t0 = time.perf_counter()
-        report, source, sink = asyncio.run(_warpdeck(load_s, run_dir))
+        report, source, sink = asyncio.run(_warpdeck(load_s, run_dir, journal))
         wall = time.perf_counter() - t0
     if report.status != "finished" or report.counts.done != len(load_s) * BATCH:
         raise RuntimeError(f"warpdeck run did not finish: {report.status} {report.counts}")

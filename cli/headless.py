@@ -76,9 +76,10 @@ def summary_table(report: RunReport) -> Table:
     return t
 
 
-async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool) -> RunReport:
+async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool,
+                       retry_failed: bool = False, journal: bool | None = None) -> RunReport:
     """Run the engine with a live display (when ``live``) and print the summary."""
-    async with Engine(spec, run_dir) as engine:
+    async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal) as engine:
         if live:
             with Live(console=console, refresh_per_second=8, transient=False) as view:
                 async for snap in engine.publisher.stream():

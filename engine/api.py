@@ -23,6 +23,8 @@ from warpdeck.engine.commands import (
     SetDepth,
 )
 from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.journal import RunDirError, SpecMismatch
+from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
 from warpdeck.engine.report import RunReport
 from warpdeck.engine.scheduler import Engine
@@ -38,14 +40,16 @@ from warpdeck.engine.snapshot import (
     TaskDetail,
     TaskFailure,
     TaskView,
+    WorkerView,
 )
 from warpdeck.engine.sources import IterableSource, Source
-from warpdeck.engine.tasks import Phase, StallReason, State
+from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
 
 __all__ = [
     "COMMAND_ADAPTER",
     "Backend",
     "BackendError",
+    "BatchRecord",
     "Cancel",
     "Command",
     "CommandResult",
@@ -63,6 +67,7 @@ __all__ = [
     "RequeueStalled",
     "Resume",
     "RetryFailed",
+    "RunDirError",
     "RunReport",
     "SetDepth",
     "Sink",
@@ -71,12 +76,15 @@ __all__ = [
     "Source",
     "SpecError",
     "SpecIssue",
+    "SpecMismatch",
     "StallReason",
     "StalledTask",
     "State",
+    "TaskAttempt",
     "TaskDetail",
     "TaskFailure",
     "TaskView",
+    "WorkerView",
     "load_spec",
     "parse_spec",
     "run_pipeline",
@@ -86,7 +94,8 @@ __all__ = [
 
 async def run_pipeline(spec: PipelineSpec, run_dir: Path | str | None = None, *,
                        backend: Backend | None = None, source: Source | None = None,
-                       sink: Sink | None = None) -> RunReport:
-    """Run ``spec`` to the end and return its report."""
-    async with Engine(spec, run_dir, backend=backend, source=source, sink=sink) as engine:
+                       sink: Sink | None = None, retry_failed: bool = False) -> RunReport:
+    """Run ``spec`` to the end and return its report; with a ``run_dir`` the run is journaled
+    there and resumes what an earlier run in it left (``retry_failed``: failed tasks too)."""
+    async with Engine(spec, run_dir, backend=backend, source=source, sink=sink, retry_failed=retry_failed) as engine:
         return await engine.wait()

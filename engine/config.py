@@ -174,6 +174,11 @@ class PipelineSpec(_Model):
     """Ready-queue watermarks and automatic prefetch depth."""
     batch_timeout_s: float = Field(default=0.05, ge=0)
     """A partial batch is sent after waiting this long for more tasks of its key."""
+    nonfinite: Literal["flag", "fail", "allow"] = "flag"
+    """What a NaN or infinity in a task's final output does: ``flag`` writes it and finishes the
+    task marked as suspect (task detail and report say how many values); ``fail`` fails the task
+    without writing anything (not retried: the same input gives the same values); ``allow``
+    does not look (integer outputs are never checked)."""
 
     @model_validator(mode="after")
     def _depth_in_range(self) -> PipelineSpec:

@@ -18,6 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from warpdeck.engine.batching import ReadyQueue
 from warpdeck.engine.sources import Source, TaskInput
 from warpdeck.engine.tasks import TaskTable
@@ -40,7 +43,8 @@ class Feeder:
     """Admits tasks from ``source`` into ``table`` and ``ready``."""
 
     def __init__(self, source: Source, table: TaskTable, ready: ReadyQueue, low: int, high: int,
-                 on_admit: Callable[[], None] = lambda: None) -> None:
+                 on_admit: Callable[[], None] = lambda: None,
+                 prepare: Callable[[npt.NDArray[np.int64], list[TaskInput]], None] | None = None) -> None:
         if not 0 < low < high:
             raise ValueError(f"watermarks must satisfy 0 < low < high (got low={low}, high={high})")
         self.source = source
@@ -58,6 +62,8 @@ class Feeder:
         self._it: Iterator[TaskInput] | None = None
         self._wake = asyncio.Event()
         self._on_admit = on_admit
+        #: Called with the new rows before they are queued (a resumed run restores attempts).
+        self.prepare = prepare
         self.failed_on_admit: list[tuple[int, str]] = []
 
     @property
@@ -107,6 +113,8 @@ class Feeder:
     def admit(self, items: list[TaskInput]) -> None:
         """Add pulled items to the table and the ready queue."""
         rows = self.table.add([t.key for t in items], [t.batch_key.nbytes for t in items])
+        if self.prepare is not None:
+            self.prepare(rows, items)
         for row, item in zip(rows.tolist(), items, strict=True):
             if item.error:
                 self.failed_on_admit.append((row, item.error))

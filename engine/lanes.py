@@ -38,7 +38,19 @@ from warpdeck.engine.sinks import Sink
 from warpdeck.engine.sources import BatchKey, Source, item_nbytes
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
-__all__ = ["BatchRecord", "Lane", "LaneHost", "Slot", "StagePlan"]
+__all__ = ["BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan"]
+
+
+class NonFiniteOutput(ValueError):
+    """A task's output holds NaN or infinity. Under the ``flag`` policy it was written anyway
+    (``written``) and the task finishes flagged; under ``fail`` nothing was written."""
+
+    def __init__(self, key: str, bad: int, size: int, written: bool) -> None:
+        self.key = key
+        self.bad = bad
+        self.size = size
+        self.written = written
+        super().__init__(f"non-finite output: {bad} of {size} values are NaN or infinite")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,8 @@ class StagePlan:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[np.dtype[Any], ...]
     deadline_s: float
+    #: The spec's ``nonfinite`` policy: flag, fail or allow.
+    nonfinite: str = "allow"
 
     @property
     def out_nbytes(self) -> int:
@@ -473,13 +487,22 @@ class Lane:
         host_out = item.host_out
         sink = self.sink
         keys = [t.key for t in item.batch.items]
+        policy = item.plan.nonfinite
+        check = policy != "allow" and host_out.dtype.kind in "fc"
 
         def write() -> list[BaseException | None]:
             errors: list[BaseException | None] = []
+            # One vectorised pass per batch, on the sink's thread, after d2h: never on a device.
+            bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
+            size = host_out[0].size if len(keys) else 0
             for j, key in enumerate(keys):
+                if bad is not None and bad[j] and policy == "fail":
+                    errors.append(NonFiniteOutput(key, bad[j], size, written=False))
+                    continue
                 try:
                     sink.write(key, host_out[j])
-                    errors.append(None)
+                    errors.append(NonFiniteOutput(key, bad[j], size, written=True)
+                                  if bad is not None and bad[j] else None)
                 except Exception as exc:  # noqa: BLE001 - per task
                     errors.append(exc)
             return errors

@@ -17,7 +17,7 @@ from warpdeck.engine.tasks import State
 if TYPE_CHECKING:
     from warpdeck.engine.scheduler import Engine
 
-__all__ = ["ReportCounts", "ReportFailure", "RunReport", "make_report"]
+__all__ = ["ReportCounts", "ReportFailure", "ReportFlag", "ReportResume", "RunReport", "make_report"]
 
 
 class _Frozen(BaseModel):
@@ -33,6 +33,10 @@ class ReportCounts(_Frozen):
     cancelled: int
     queued: int
     running: int
+    skipped_done: int = 0
+    """Tasks done by an earlier run of this run directory: not run, not counted in ``total``."""
+    flagged: int = 0
+    """Done tasks whose output is suspect (see ``RunReport.flagged``)."""
 
 
 class ReportFailure(_Frozen):
@@ -41,6 +45,32 @@ class ReportFailure(_Frozen):
     key: str
     reason: str
     attempt: int
+
+
+class ReportFlag(_Frozen):
+    """A done task whose output is suspect, and why (``nonfinite = "flag"``)."""
+
+    key: str
+    note: str
+
+
+class ReportResume(_Frozen):
+    """How this run continued an earlier one from its journal."""
+
+    resumed: bool
+    """False for a new run directory."""
+    journal: str
+    """Path of the journal (SQLite)."""
+    skipped_done: int
+    """Tasks done earlier, skipped: never read or written again."""
+    outputs_recovered: int
+    """Of those, tasks whose output was found in place though the journal had not marked them done."""
+    requeued_in_flight: int
+    """Tasks in flight when the earlier run stopped, started again as a new attempt."""
+    retried_failed: int
+    """Failed tasks retried because the run was asked to (``--retry-failed``)."""
+    temps_cleaned: int
+    """Partial outputs (temp files) of a killed run removed at start."""
 
 
 class RunReport(_Frozen):
@@ -73,6 +103,10 @@ class RunReport(_Frozen):
     latency_p50_s: float
     latency_p99_s: float
     failures: list[ReportFailure]
+    resume: ReportResume | None = None
+    """Set for a journaled run (one with a run directory)."""
+    flagged: list[ReportFlag] = []
+    """Done tasks whose output is suspect."""
 
     @property
     def exit_code(self) -> int:
@@ -89,16 +123,24 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
     unfinished = np.flatnonzero(t.state[: len(t)] >= State.FAILED)
     failures = [ReportFailure(key=t.keys[r], reason=t.error(r), attempt=int(t.attempt[r]))
                 for r in unfinished.tolist()]
+    flagged = [ReportFlag(key=t.keys[r], note=note) for r, note in sorted(t.flags().items())]
+    rs = engine.resume
+    resume = None if rs is None or engine.journal is None else ReportResume(
+        resumed=rs.resumed, journal=str(engine.journal.path), skipped_done=rs.skipped_done,
+        outputs_recovered=rs.outputs_recovered, requeued_in_flight=rs.requeued_in_flight,
+        retried_failed=rs.retried_failed, temps_cleaned=engine.temps_cleaned)
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
         device=snap.device, lanes=len(snap.lanes), batch_size=engine.spec.batch_size,
         slot_depth=[ln.depth for ln in snap.lanes], elapsed_s=snap.t, first_batch_s=engine.first_batch_s,
         counts=ReportCounts(total=c.total, done=c.done, failed=c.failed, cancelled=c.cancelled, queued=c.queued,
-                            running=c.running_total),
+                            running=c.running_total, skipped_done=resume.skipped_done if resume else 0,
+                            flagged=len(flagged)),
         throughput_tasks_s=f.throughput_tasks_s, throughput_bytes_s=f.throughput_bytes_s,
         steady_tasks_s=f.steady_tasks_s, bound_tasks_s=f.bound_tasks_s,
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,
-        latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures,
+        latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume,
+        flagged=flagged,
     )

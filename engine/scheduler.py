@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -39,10 +41,12 @@ from warpdeck.engine.commands import (
 )
 from warpdeck.engine.config import PipelineSpec, resolve_target
 from warpdeck.engine.feeder import DepthTuner, Feeder
-from warpdeck.engine.lanes import BatchRecord, Lane, StagePlan, format_exception
+from warpdeck.engine.journal import Journal, JournaledTable, ResumeState, spec_identity
+from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception
 from warpdeck.engine.metrics import MetricsAccumulator
 from warpdeck.engine.report import RunReport, make_report
-from warpdeck.engine.sinks import Sink, open_sink
+from warpdeck.engine.resume import ResumingSource
+from warpdeck.engine.sinks import DurableSink, Sink, open_sink
 from warpdeck.engine.snapshot import (
     Counts,
     EngineSnapshot,
@@ -54,14 +58,16 @@ from warpdeck.engine.snapshot import (
     TaskDetail,
     TaskFailure,
     TaskView,
+    WorkerView,
 )
-from warpdeck.engine.sources import BatchKey, InputError, Source, open_source
-from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State, TaskTable
+from warpdeck.engine.sources import BatchKey, InputError, Source, TaskInput, open_source
+from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
 
 __all__ = ["Engine"]
 
 #: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
 _TUNE_MIN_RECORDS = 4
+_HOST = socket.gethostname()
 _SLOT_STATE = {Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
                Phase.D2H: "d2h", Phase.SINK: "readable"}
 
@@ -77,17 +83,26 @@ class Engine:
 
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
                  backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
-                 snapshot_interval: float = 0.1) -> None:
+                 snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
         self.backend = backend if backend is not None else select_backend(spec.backend)
-        self.source = source if source is not None else open_source(spec.source)
         self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
-        self.table = TaskTable()
+        # A run given a run directory is durable by default: journaled there, resumed from there.
+        # Without one (library calls, most tests) nothing is written unless journal=True.
+        durable = run_dir is not None if journal is None else journal
+        raw_source = source if source is not None else open_source(spec.source)
+        self.resume = ResumingSource(raw_source, self.sink) if durable else None
+        self.source: Source = self.resume if self.resume is not None else raw_source
+        self.retry_failed = retry_failed
+        self.journal: Journal | None = None
+        self.temps_cleaned = 0
+        self.table = JournaledTable()
         self.ready = ReadyQueue(spec.batch_size, spec.batch_timeout_s)
         bs, nl = spec.batch_size, spec.lanes
         low, high = feeder_watermarks(spec)
-        self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit)
+        self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit,
+                             prepare=self._prepare if self.resume is not None else None)
         self.tuner = DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20))
         self.auto_depth = spec.feeder.auto_depth
         self.metrics = MetricsAccumulator(spec.lanes)
@@ -116,6 +131,11 @@ class Engine:
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
+        if self.resume is not None:
+            journal, state = await asyncio.to_thread(self._open_journal)
+            self.journal = journal
+            self.table.attach(journal)
+            self.resume.begin(state, journal, self.retry_failed)
         self._t0 = time.perf_counter()
         self._status = "running"
         self._main = asyncio.create_task(self._run(), name=f"warpdeck-engine-{self.spec.name}")
@@ -127,7 +147,26 @@ class Engine:
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        self.backend.close()
+        try:
+            if self.journal is not None:
+                await asyncio.to_thread(self.journal.close)
+        finally:
+            self.backend.close()
+
+    def _open_journal(self) -> tuple[Journal, ResumeState]:
+        """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""
+        journal, state = Journal.open(self.run_dir, spec_identity(self.spec))
+        if isinstance(self.sink, DurableSink):
+            try:
+                self.temps_cleaned = self.sink.clean_temps()
+            except BaseException:
+                journal.close()
+                raise
+        return journal, state
+
+    def _prepare(self, rows: npt.NDArray[np.int64], items: list[TaskInput]) -> None:
+        assert self.resume is not None
+        self.resume.restore(self.table, rows, items)
 
     async def wait(self) -> RunReport:
         """Wait for the run to end and return its report."""
@@ -172,7 +211,7 @@ class Engine:
         if self.feeder.failed_on_admit:
             for row, reason in self.feeder.failed_on_admit:
                 self.table.fail(np.array([row]), reason)
-                self._failures.append(TaskFailure(self.table.keys[row], reason, 0))
+                self._failures.append(TaskFailure(self.table.keys[row], reason, int(self.table.attempt[row])))
             self.feeder.failed_on_admit.clear()
         if self.feeder.paused:
             self.table.set_stall(np.array(self.ready.pending(), np.int64), StallReason.CONTROL, "paused")
@@ -196,7 +235,8 @@ class Engine:
                 dtype = np.dtype(st.out_dtype)
             shapes.append(shape)
             dtypes.append(dtype)
-        plan = StagePlan(self._fns, tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in self.spec.stages))
+        plan = StagePlan(self._fns, tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in self.spec.stages),
+                         self.spec.nonfinite)
         self._plans[key] = plan
         return plan
 
@@ -285,17 +325,23 @@ class Engine:
         self._inflight -= 1
         self.on_stall(batch, StallReason.NONE)
         self._apply_cancels(batch)
-        ok = np.array([j for j, e in enumerate(errors) if e is None], np.int64)
+        ok = np.array([j for j, e in enumerate(errors) if e is None or _written(e)], np.int64)
         rows = batch.idx[ok] if len(ok) else batch.idx[:0]
         rows = rows[self.table.state[rows] == State.RUNNING]
         self.table.finish(rows)
+        for j, e in enumerate(errors):
+            if isinstance(e, NonFiniteOutput) and e.written:
+                self.table.set_flag(batch.idx[j:j + 1], str(e))
         now_mono = time.monotonic()
         self.metrics.add_latencies(now_mono - self.table.t_queued[rows])
         for r in rows.tolist():
             self.feeder.handles.pop(r, None)
         for j, e in enumerate(errors):
             if e is not None and self.table.state[batch.idx[j]] == State.RUNNING:
-                self._retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e))
+                if isinstance(e, NonFiniteOutput):  # the same input would give the same values
+                    self._retry_or_fail(batch.idx[j:j + 1], str(e), "", retry=False)
+                else:
+                    self._retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e))
         if self.first_batch_s is None and len(rows):
             self.first_batch_s = time.perf_counter() - self._t0
         self.metrics.serial_s += time.perf_counter() - t0
@@ -433,7 +479,7 @@ class Engine:
         t = self.table
         return TaskDetail(key, t.state_of(r).name.lower(), t.phase_of(r).name.lower(), int(t.attempt[r]),
                           int(t.batch[r]), StallReason(int(t.stall[r])).name.lower(), t.stall_note(r),
-                          t.error(r), t.traceback(r), t.history(r))
+                          t.error(r), t.traceback(r), t.history(r), t.flag(r))
 
     def snapshot(self) -> EngineSnapshot:
         """The engine as of now (cheap enough to call at 10 Hz with a million tasks)."""
@@ -471,7 +517,16 @@ class Engine:
             backend=self.backend.name, backend_reason=self.backend.reason, device=self.backend.device_name,
             counts=counts, tasks=view, stalled=stalled, lanes=lanes, feeder=feeder,
             timeline=tuple(self._timeline)[-512:], figures=figures, failures=tuple(self._failures),
+            workers=(self._local_worker(lanes, counts),),
         )
+
+    def _local_worker(self, lanes: tuple[LaneView, ...], counts: Counts) -> WorkerView:
+        """The in-process worker: this engine's own lanes on its backend's device."""
+        busy = sum(any(h >= 0 for s in lane.slots for h in s.holders) for lane in lanes)
+        return WorkerView(id=f"{_HOST}/{self.backend.device_name}", state="online", host=_HOST, pid=os.getpid(),
+                          device=self.backend.device_name, epoch=0, lanes=len(lanes), lanes_busy=busy,
+                          progress=sum(lane.batches_done for lane in lanes), tasks_done=counts.done,
+                          tasks_failed=counts.failed)
 
     @staticmethod
     def _lane_view(lane: Lane) -> LaneView:
@@ -492,6 +547,11 @@ def feeder_watermarks(spec: PipelineSpec) -> tuple[int, int]:
         low = low or 2 * batch
         return low, max(low + 1, 8 * batch)
     return (low or max(1, min(2 * batch, high // 4))), high
+
+
+def _written(e: BaseException) -> bool:
+    """A flagged output: written, so its task is done (with a flag), not failed."""
+    return isinstance(e, NonFiniteOutput) and e.written
 
 
 def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from warpdeck.engine.config import CallableSink, NpyDirSink, NullSink, resolve_target
 from warpdeck.engine.sources import SAFE_KEY
 
-__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
+__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -28,6 +28,31 @@ class Sink(Protocol):
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """Store one output; raise to fail the task."""
+        ...
+
+
+class _PlainWriter:
+    """Only ``write``: numpy then writes through Python's file object, whose OSError carries the
+    errno (ENOSPC, EDQUOT...). Handed a real file, numpy takes its ``tofile`` path, which on a full
+    disk raises a bare "2048 requested and 496 written" with no errno and no reason a user can act on."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.write = f.write
+
+
+@runtime_checkable
+class DurableSink(Protocol):
+    """A sink that can say whether an output is already in place and clean up after a crash;
+    with it a resumed run writes each output exactly once."""
+
+    def committed(self, key: str) -> bool:
+        """Whether ``key``'s output exists whole."""
+        ...
+
+    def clean_temps(self) -> int:
+        """Remove partial writes left by a killed run; returns how many."""
         ...
 
 
@@ -43,6 +68,20 @@ class NpyDirSinkImpl:
         """Where ``key``'s output lands."""
         return self.dir / f"{key}.npy"
 
+    def committed(self, key: str) -> bool:
+        """Whether ``key``'s output is in place. The rename is atomic, so an output that exists
+        is whole: a resumed run takes it as done instead of writing it twice."""
+        return self.path(key).is_file()
+
+    def clean_temps(self) -> int:
+        """Remove temp files a killed run left behind; returns how many. Call only while no
+        engine writes here (the journal's run-directory lock)."""
+        n = 0
+        for p in self.dir.glob(f".*.npy.*{TMP_SUFFIX}"):
+            p.unlink(missing_ok=True)
+            n += 1
+        return n
+
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         if not SAFE_KEY.match(key) or key.startswith("."):
             raise ValueError(f"task key {key!r} cannot name an output file")
@@ -50,7 +89,7 @@ class NpyDirSinkImpl:
         tmp = self.dir / f".{key}.npy.{self._pid}{TMP_SUFFIX}"
         try:
             with tmp.open("wb") as f:
-                np.lib.format.write_array(f, np.ascontiguousarray(out), allow_pickle=False)
+                np.lib.format.write_array(_PlainWriter(f), np.ascontiguousarray(out), allow_pickle=False)
             tmp.replace(final)
         except BaseException:
             tmp.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ __all__ = [
     "TaskDetail",
     "TaskFailure",
     "TaskView",
+    "WorkerView",
 ]
 
 
@@ -121,6 +122,8 @@ class TaskDetail:
     error: str
     traceback: str
     history: tuple[TaskAttempt, ...]
+    #: Why a done task's output is suspect (non-finite values under ``nonfinite = "flag"``).
+    flag: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,33 @@ class FeederView:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One worker (a device with its lanes) as the control room lists it.
+
+    ``state`` is online, late, stale, dead or quarantined. The in-process worker is the engine
+    itself, so it has no heartbeat: ``heartbeat_age_s`` and ``phi`` are None until a worker speaks
+    over MQTT. Device figures are None where the device cannot report them (NumPy on a CPU)."""
+
+    id: str
+    state: str
+    host: str
+    pid: int
+    device: str
+    epoch: int
+    lanes: int
+    lanes_busy: int
+    #: Batches this worker has finished; a heartbeat carries it so a frozen worker shows.
+    progress: int
+    tasks_done: int
+    tasks_failed: int
+    heartbeat_age_s: float | None = None
+    phi: float | None = None
+    util_pct: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     """The whole engine at one instant. ``t`` is seconds since the engine started; timeline
     records are on ``time.perf_counter``'s clock, with ``t0`` the engine's start on it."""
@@ -181,6 +211,7 @@ class EngineSnapshot:
     timeline: tuple[BatchRecord, ...]
     figures: Figures
     failures: tuple[TaskFailure, ...]
+    workers: tuple[WorkerView, ...] = ()
 
     @property
     def finished(self) -> bool:

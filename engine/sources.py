@@ -8,7 +8,7 @@ per task, so one corrupt or wrongly shaped input fails alone, before it reaches 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,8 +76,10 @@ class InputError(ValueError):
 class Source(Protocol):
     """Enumerates tasks and loads them."""
 
-    #: How many tasks the source will yield, when known up front.
-    total: int | None
+    @property
+    def total(self) -> int | None:
+        """How many tasks the source will yield, when known up front."""
+        ...
 
     def items(self) -> Iterator[TaskInput]:
         """Yield every task once, in order. May block (it runs off the event loop)."""
@@ -162,6 +164,14 @@ class NpyDirSourceImpl:
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
         self._files = sorted(p for p in spec.path.glob(spec.glob) if p.is_file())
         self.total: int | None = len(self._files)
+
+    def exclude(self, keys: Container[str]) -> int:
+        """Drop tasks by key before enumerating (a resumed run's done tasks: their files are never
+        opened again); returns how many were dropped."""
+        before = len(self._files)
+        self._files = [p for p in self._files if p.stem not in keys]
+        self.total = len(self._files)
+        return before - len(self._files)
 
     def items(self) -> Iterator[TaskInput]:
         fixed = None

@@ -133,6 +133,7 @@ class _Sparse:
     traceback: dict[int, str] = field(default_factory=dict)
     history: dict[int, list[TaskAttempt]] = field(default_factory=dict)
     stall_note: dict[int, str] = field(default_factory=dict)
+    flag: dict[int, str] = field(default_factory=dict)
 
 
 _GROW = 1.5
@@ -216,6 +217,13 @@ class TaskTable:
 
     def stall_note(self, i: int) -> str:
         return self._sparse.stall_note.get(i, "")
+
+    def flag(self, i: int) -> str:
+        return self._sparse.flag.get(i, "")
+
+    def flags(self) -> dict[int, str]:
+        """Notes on tasks that finished but whose output is suspect (non-finite values, say)."""
+        return dict(self._sparse.flag)
 
     def errors(self) -> dict[int, str]:
         """Errors of every task that has one (failed tasks and failed earlier attempts)."""
@@ -307,6 +315,24 @@ class TaskTable:
         self.batch[idx] = -1
         self.t_end[idx] = 0.0
         self._clear_stall(idx)
+
+    def restore(self, i: int, attempt: int, history: Sequence[TaskAttempt], error: str = "", tb: str = "") -> None:
+        """Give a queued row the attempts a journal recorded for its task (a resumed run), so the
+        attempt counter keeps growing across runs and the history explains earlier ones."""
+        if self.state[i] != State.QUEUED or attempt < self.attempt[i]:
+            raise IllegalTransition(self.keys[i], self.state_of(i), self.phase_of(i), State.QUEUED, Phase.NONE)
+        self.attempt[i] = attempt
+        if history:
+            self._sparse.history[i] = list(history)
+        if error:
+            self._sparse.error[i] = error
+        if tb:
+            self._sparse.traceback[i] = tb
+
+    def set_flag(self, idx: npt.NDArray[np.int64], note: str) -> None:
+        """Attach a note to tasks that are done but whose output is suspect."""
+        for i in idx.tolist():
+            self._sparse.flag[i] = note
 
     # -- stalls ---------------------------------------------------------------------------------
     def set_stall(self, idx: npt.NDArray[np.int64], reason: StallReason, note: str = "") -> None:

@@ -109,4 +109,19 @@ class RecordingSink:
 
 sleep_2ms = Sleeper(0.002)
 sleep_10ms = Sleeper(0.010)
+sleep_100ms = Sleeper(0.100)
 sleep_forever_ish = Sleeper(0.6)
+
+
+def slow_double(xp: Any, inp: Any, out: Any) -> None:
+    """out = 2 * inp + 1, after 8 ms (long enough per batch that a kill lands mid-run)."""
+    time.sleep(0.008)
+    xp.multiply(inp, 2, out=out)
+    xp.add(out, 1, out=out)
+
+
+def nan_at_poison(xp: Any, inp: Any, out: Any) -> None:
+    """out = inp, NaN wherever the input equals POISON, +inf where it equals -POISON."""
+    out[...] = inp
+    out[inp == POISON] = xp.nan
+    out[inp == -POISON] = xp.inf

@@ -1,0 +1,401 @@
+"""The run journal: every task's state, attempts and lease, in SQLite (WAL) inside the run directory.
+
+The decisions this module protects:
+- One writer thread owns the connection. The event loop only puts small records on a queue (a
+  batch's row indices as one NumPy array), so a state change costs the loop one queue put per
+  batch, never a disk write. The thread turns records into ``executemany`` calls and commits at
+  most every ``interval`` seconds, and once more at close.
+- A done row means the output exists. The scheduler marks a task done only after the sink
+  returned (the npy sink has renamed the file by then), records reach the queue in the order the
+  table changed, and one thread applies them in that order: a committed done never precedes its
+  output. The reverse can happen (output renamed, done not yet committed); resume handles that by
+  asking the sink (``resume.py``).
+- The journal shadows the table and is never a second source of truth: ``JournaledTable``
+  records each transition after the table accepted it, so an illegal move never reaches the disk.
+- WAL with ``synchronous=NORMAL``: a killed process loses nothing committed; an OS crash may lose
+  the last transactions, which a resume then redoes.
+- One engine per run directory at a time, enforced with ``flock`` (released by the kernel when
+  the process dies, so a SIGKILL never leaves a stale lock).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.config import PipelineSpec
+from warpdeck.engine.tasks import State, TaskAttempt, TaskTable
+
+__all__ = [
+    "JOURNAL_NAME",
+    "Journal",
+    "JournalError",
+    "JournaledTable",
+    "PriorTask",
+    "ResumeState",
+    "RunDirBusy",
+    "RunDirError",
+    "SpecIdentity",
+    "SpecMismatch",
+    "spec_identity",
+]
+
+JOURNAL_NAME = "journal.sqlite"
+LOCK_NAME = "journal.lock"
+SCHEMA_VERSION = "1"
+
+#: Fields that tune how a run goes but not what it produces; they may change between resumes.
+_TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tasks(
+    key TEXT PRIMARY KEY, state INTEGER NOT NULL, attempts INTEGER NOT NULL,
+    batch INTEGER NOT NULL DEFAULT -1, epoch INTEGER NOT NULL DEFAULT 0,
+    error TEXT NOT NULL DEFAULT '', traceback TEXT NOT NULL DEFAULT '', updated REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history(
+    key TEXT NOT NULL, attempt INTEGER NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
+    traceback TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(key, attempt)
+) WITHOUT ROWID;
+"""
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be used for this run."""
+
+    def __init__(self, run_dir: Path, message: str) -> None:
+        self.run_dir = run_dir
+        super().__init__(message)
+
+
+class SpecMismatch(RunDirError):
+    """The run directory's journal was made by another spec; resuming it would mix two runs."""
+
+    def __init__(self, run_dir: Path, journal: SpecIdentity, spec: SpecIdentity) -> None:
+        self.journal = journal
+        self.spec = spec
+        super().__init__(run_dir, (
+            f"{run_dir}: run directory was made by spec {journal.name!r} (identity {journal.digest[:12]}),"
+            f" not by spec {spec.name!r} ({spec.digest[:12]}); resume it with the spec that made it,"
+            " or pass another --run-dir"))
+
+
+class RunDirBusy(RunDirError):
+    """Another engine holds the run directory's lock."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir, f"{run_dir}: run directory is in use by another warpdeck engine")
+
+
+class JournalError(RunDirError):
+    """The journal could not be written (disk full, permissions); durability of the run is lost."""
+
+    def __init__(self, run_dir: Path, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(run_dir, f"{run_dir}: journal write failed: {type(cause).__name__}: {cause}")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecIdentity:
+    """Which spec made a run: its name and a hash of what decides the tasks and their outputs."""
+
+    name: str
+    digest: str
+
+
+def spec_identity(spec: PipelineSpec) -> SpecIdentity:
+    """Name and SHA-256 of the normalised spec, tuning fields left out (see ``_TUNING``)."""
+    data = spec.model_dump(mode="json", exclude=_TUNING)
+    for stage in data["stages"]:
+        stage.pop("deadline_s", None)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return SpecIdentity(spec.name, hashlib.sha256(text.encode()).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class PriorTask:
+    """A task the journal knows and that is not done: what a resumed run starts it from."""
+
+    key: str
+    state: State
+    attempts: int
+    error: str
+    traceback: str
+    history: tuple[TaskAttempt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeState:
+    """What the journal held when it was opened; ``resumed`` is False for a new run directory."""
+
+    resumed: bool
+    done: frozenset[str]
+    prior: Mapping[str, PriorTask]
+
+
+_STOP = object()
+
+
+class Journal:
+    """The writer side of the journal; open with ``Journal.open`` (blocking: call it in a thread)."""
+
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, interval: float) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / JOURNAL_NAME
+        self.interval = interval
+        self.error: BaseException | None = None
+        self.commits = 0
+        self._conn = conn
+        self._lock_fd = lock_fd
+        self._keys: Sequence[str] = ()
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: Cuts the batching wait short: set by flush and close.
+        self._wake = threading.Event()
+        self._abandoned = False
+        self._thread = threading.Thread(target=self._write_loop, name="warpdeck-journal", daemon=True)
+        self._thread.start()
+
+    # -- opening ------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, run_dir: Path, identity: SpecIdentity, interval: float = 0.05) -> tuple[Journal, ResumeState]:
+        """Lock ``run_dir``, open (or create) its journal, check it was made by ``identity``'s spec
+        and read what a resume needs. Raises ``RunDirBusy`` or ``SpecMismatch``."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunDirBusy(run_dir) from None
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(run_dir / JOURNAL_NAME, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            if meta:
+                made_by = SpecIdentity(meta.get("spec_name", "?"), meta.get("spec_digest", "?"))
+                if made_by != identity:
+                    raise SpecMismatch(run_dir, made_by, identity)
+            else:
+                conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("schema", SCHEMA_VERSION), ("spec_name", identity.name), ("spec_digest", identity.digest),
+                    ("created", repr(time.time()))])
+            state = _read_state(conn, resumed=bool(meta))
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            os.close(fd)
+            raise
+        return cls(run_dir, conn, fd, interval), state
+
+    def attach(self, keys: Sequence[str]) -> None:
+        """The table's key list, so records can carry row indices instead of keys."""
+        self._keys = keys
+
+    # -- records (any thread; cheap) ------------------------------------------------------------------
+    def admitted(self, rows: npt.NDArray[np.int64]) -> None:
+        """New rows entered the table as queued (known keys keep their journaled state)."""
+        self._q.put(("add", rows))
+
+    def started(self, rows: npt.NDArray[np.int64], batch: int, attempts: npt.NDArray[Any], epoch: int = 0) -> None:
+        """Rows were leased as batch ``batch`` under worker epoch ``epoch``."""
+        self._q.put(("start", rows, batch, attempts, epoch))
+
+    def finished(self, rows: npt.NDArray[np.int64]) -> None:
+        """Rows are done: their outputs are in place."""
+        self._q.put(("done", rows))
+
+    def done_keys(self, keys: list[str]) -> None:
+        """Keys found done outside the table (an output that survived a crash)."""
+        self._q.put(("done_keys", keys))
+
+    def ended(self, keys: list[str], state: State, reasons: list[str], tracebacks: list[str]) -> None:
+        """Keys failed or were cancelled, each with its reason and traceback."""
+        self._q.put(("end", keys, int(state), reasons, tracebacks))
+
+    def requeued(self, keys: list[str], attempts: list[int], closed: list[TaskAttempt]) -> None:
+        """Each key's attempt ``closed[j]`` ended and attempt ``attempts[j]`` is queued."""
+        self._q.put(("requeue", keys, attempts, closed, time.time() - time.monotonic()))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until everything recorded so far is committed; False on timeout."""
+        done = threading.Event()
+        self._q.put(("flush", done))
+        self._wake.set()
+        return done.wait(timeout)
+
+    def abandon(self) -> None:
+        """Stop now without committing what is still queued, as a killed process would (tests of
+        what a resume makes of a crash use it)."""
+        if self._thread.is_alive():
+            self._abandoned = True
+            self._wake.set()
+            self._q.put(_STOP)
+            self._thread.join()
+            self._conn.close()
+            os.close(self._lock_fd)
+
+    def close(self) -> None:
+        """Commit what is left, stop the writer, release the run directory. Raises ``JournalError``
+        if any write failed during the run."""
+        if self._thread.is_alive():
+            self._wake.set()
+            self._q.put(_STOP)
+            self._thread.join()
+            self._conn.close()
+            os.close(self._lock_fd)
+        if self.error is not None:
+            raise JournalError(self.run_dir, self.error)
+
+    # -- the writer thread -------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        while True:
+            # Collect records for a while: one commit per interval (or per flush), never one per
+            # batch. Commits happen only here, so what a kill loses is "since the last tick".
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            batch: list[Any] = []
+            while True:
+                try:
+                    batch.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            if self._abandoned:
+                return
+            flushes = [op[1] for op in batch if op is not _STOP and op[0] == "flush"]
+            ops = [op for op in batch if op is not _STOP and op[0] != "flush"]
+            if ops and self.error is None:
+                try:
+                    self._apply(ops)
+                    self.commits += 1
+                except (sqlite3.Error, OSError) as exc:
+                    # Keep draining so the loop never blocks; close() reports the loss.
+                    self.error = exc
+                    if self._conn.in_transaction:
+                        self._conn.rollback()
+            for ev in flushes:
+                ev.set()
+            if any(op is _STOP for op in batch):
+                return
+
+    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
+        c = self._conn
+        keys = self._keys
+        now = time.time()
+        c.execute("BEGIN")
+        for op in ops:
+            kind = op[0]
+            if kind == "start":
+                _, rows, batch, attempts, epoch = op
+                c.executemany("UPDATE tasks SET state=1, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
+                              [(batch, epoch, a, now, keys[r]) for r, a in zip(rows.tolist(), attempts.tolist(),
+                                                                                strict=True)])
+            elif kind == "done":
+                c.executemany("UPDATE tasks SET state=2, updated=? WHERE key=?",
+                              [(now, keys[r]) for r in op[1].tolist()])
+            elif kind == "add":
+                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 0, ?)"
+                              " ON CONFLICT(key) DO NOTHING", [(keys[r], now) for r in op[1].tolist()])
+            elif kind == "done_keys":
+                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 2, 0, ?)"
+                              " ON CONFLICT(key) DO UPDATE SET state=2, updated=excluded.updated",
+                              [(k, now) for k in op[1]])
+            elif kind == "end":
+                _, ks, state, reasons, tbs = op
+                c.executemany("UPDATE tasks SET state=?, error=?, traceback=?, updated=? WHERE key=?",
+                              [(state, r, t, now, k) for k, r, t in zip(ks, reasons, tbs, strict=True)])
+            elif kind == "requeue":
+                _, ks, attempts, closed, wall_offset = op
+                c.executemany("UPDATE tasks SET state=0, attempts=?, batch=-1, error=?, traceback=?, updated=?"
+                              " WHERE key=?", [(a, h.reason, h.traceback, now, k)
+                                               for k, a, h in zip(ks, attempts, closed, strict=True)])
+                c.executemany("INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
+                              [(k, h.attempt, h.outcome, h.reason, h.traceback, h.at + wall_offset)
+                               for k, h in zip(ks, closed, strict=True)])
+        c.execute("COMMIT")
+
+
+def _read_state(conn: sqlite3.Connection, resumed: bool) -> ResumeState:
+    if not resumed:
+        return ResumeState(False, frozenset(), {})
+    done = frozenset(k for (k,) in conn.execute("SELECT key FROM tasks WHERE state = 2"))
+    # Journal times are wall-clock; the table's clock is monotonic: shift history into it.
+    shift = time.monotonic() - time.time()
+    history: dict[str, list[TaskAttempt]] = {}
+    for key, attempt, outcome, reason, tb, at in conn.execute(
+            "SELECT h.key, h.attempt, h.outcome, h.reason, h.traceback, h.at FROM history h"
+            " JOIN tasks t ON t.key = h.key WHERE t.state != 2 ORDER BY h.key, h.attempt"):
+        history.setdefault(key, []).append(TaskAttempt(attempt, outcome, at + shift, reason, tb))
+    prior = {key: PriorTask(key, State(state), attempts, error, tb, tuple(history.get(key, ())))
+             for key, state, attempts, error, tb in conn.execute(
+                 "SELECT key, state, attempts, error, traceback FROM tasks WHERE state != 2")}
+    return ResumeState(True, done, prior)
+
+
+class JournaledTable(TaskTable):
+    """A task table that records each accepted transition in ``journal`` (when one is attached).
+
+    Hot transitions (admit, start, done) record one array of rows per call; rare ones (fail,
+    cancel, new attempt) record keys and reasons, looked up per row.
+    """
+
+    journal: Journal | None = None
+
+    def attach(self, journal: Journal) -> None:
+        """Start recording into ``journal``."""
+        journal.attach(self.keys)
+        self.journal = journal
+
+    def add(self, keys: Sequence[str], nbytes: int | Sequence[int] = 0) -> npt.NDArray[np.int64]:
+        idx = super().add(keys, nbytes)
+        if self.journal is not None:
+            self.journal.admitted(idx)
+        return idx
+
+    def start(self, idx: npt.NDArray[np.int64], batch_id: int) -> None:
+        super().start(idx, batch_id)
+        if self.journal is not None:
+            self.journal.started(idx.copy(), batch_id, self.attempt[idx])
+
+    def finish(self, idx: npt.NDArray[np.int64]) -> None:
+        super().finish(idx)
+        if self.journal is not None and len(idx):
+            self.journal.finished(idx.copy())
+
+    def fail(self, idx: npt.NDArray[np.int64], reason: str, tb: str = "") -> None:
+        super().fail(idx, reason, tb)
+        self._ended(idx, State.FAILED)
+
+    def cancel(self, idx: npt.NDArray[np.int64], reason: str = "cancelled") -> None:
+        super().cancel(idx, reason)
+        self._ended(idx, State.CANCELLED)
+
+    def _ended(self, idx: npt.NDArray[np.int64], state: State) -> None:
+        if self.journal is None or len(idx) == 0:
+            return
+        rows = np.unique(idx).tolist()
+        self.journal.ended([self.keys[r] for r in rows], state, [self.error(r) for r in rows],
+                           [self.traceback(r) for r in rows])
+
+    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: str, reason: str = "", tb: str = "") -> None:
+        super().new_attempt(idx, outcome, reason, tb)
+        if self.journal is not None and len(idx):
+            rows = np.unique(idx).tolist()
+            self.journal.requeued([self.keys[r] for r in rows], [int(self.attempt[r]) for r in rows],
+                                  [self.history(r)[-1] for r in rows])

@@ -1,0 +1,146 @@
+"""kill -9 at 20 seeded random moments, resume after each: nothing lost, nothing written twice.
+
+A real ``warpdeck run --headless`` subprocess on a real npy sink and journal; each kill is a
+SIGKILL, at a moment chosen by output count (mid-run) or by time since launch (often during
+start-up, before or while the journal opens). At the end the run is resumed to completion and
+compared with an uninterrupted run in another directory: the same outputs byte for byte, each
+renamed into place exactly once (counted by the kernel through inotify, not by the killed
+process), no temp files left, the journal intact and every task in it done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wd_inotify import RenameWatch
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+N = 800
+KILLS = 20
+SEED = 20240605
+
+SPEC = """
+name = "crash"
+backend = "numpy"
+batch_size = 4
+lanes = 2
+[source]
+kind = "synthetic"
+count = {n}
+shape = [64]
+dtype = "float32"
+seed = 11
+[sink]
+kind = "npy_dir"
+path = "{out}"
+[[stages]]
+fn = "wd_stages:slow_double"
+"""
+
+
+def _launch(spec: Path, run_dir: Path, report: Path | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
+    cmd = [sys.executable, "-m", "warpdeck.cli", "run", str(spec), "--headless", "--run-dir", str(run_dir)]
+    if report is not None:
+        cmd += ["--json", str(report)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _outputs(out: Path) -> list[str]:
+    return [p.name for p in out.iterdir() if not p.name.startswith(".")]
+
+
+def _spec(tmp: Path, name: str) -> tuple[Path, Path, Path]:
+    run_dir = tmp / name
+    out = run_dir / "outputs"
+    out.mkdir(parents=True)
+    spec = tmp / f"{name}.toml"
+    spec.write_text(SPEC.format(n=N, out=out))
+    return spec, run_dir, out
+
+
+def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch) -> tuple[int, list[str]]:
+    """Launch, SIGKILL at a seeded random moment, repeat KILLS times; how many kills hit a live run."""
+    rng = np.random.default_rng(SEED)
+    landed = 0
+    moments: list[str] = []
+    for _ in range(KILLS):
+        proc = _launch(spec, run_dir)
+        launched = time.monotonic()
+        if rng.random() < 0.25:  # by time: anywhere from interpreter start to the first batches
+            when = float(rng.uniform(0.0, 0.6))
+            target = None
+            moments.append(f"t+{when:.2f}s")
+        else:  # by output count: a few more outputs than there are now, then a little later
+            target = len(_outputs(out)) + int(rng.integers(1, 25))
+            when = float(rng.uniform(0.0, 0.01))
+            moments.append(f"n>={target}+{when * 1e3:.0f}ms")
+        while proc.poll() is None:
+            watch.poll()
+            if target is None and time.monotonic() - launched >= when:
+                break
+            if target is not None and len(_outputs(out)) >= target:
+                time.sleep(when)
+                break
+            time.sleep(0.001)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            landed += 1
+        proc.wait(timeout=30)
+        proc.stderr.close()  # type: ignore[union-attr]
+        watch.poll()
+    return landed, moments
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts renames with Linux inotify")
+def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_once(tmp_path: Path) -> None:
+    t_start = time.perf_counter()
+    ref_spec, ref_dir, ref_out = _spec(tmp_path, "reference")
+    ref = _launch(ref_spec, ref_dir)
+
+    spec, run_dir, out = _spec(tmp_path, "crashed")
+    watch = RenameWatch(out)
+    try:
+        landed, moments = _kill_repeatedly(spec, run_dir, out, watch)
+        assert landed == KILLS, f"only {landed} of {KILLS} kills landed before the run ended: {moments}"
+        done_before_final = len(_outputs(out))
+        assert done_before_final < N, "the kills came too late to interrupt anything"
+
+        final = _launch(spec, run_dir, tmp_path / "final.json")
+        _, err = final.communicate(timeout=120)
+        assert final.returncode == 0, err.decode()
+        watch.poll()
+    finally:
+        watch.close()
+    ref_err = ref.communicate(timeout=120)[1]
+    assert ref.returncode == 0, ref_err.decode()
+    elapsed = time.perf_counter() - t_start
+
+    names = sorted(_outputs(out))
+    assert names == sorted(_outputs(ref_out)) and len(names) == N
+    for name in names:
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    assert not watch.overflowed
+    twice = {n: c for n, c in watch.counts.items() if c != 1}
+    assert not twice, f"outputs renamed into place more than once: {twice}"
+    assert set(watch.counts) == set(names)
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temp files left
+
+    with sqlite3.connect(run_dir / "journal.sqlite") as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        states = dict(c.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+    assert states == {2: N}
+    report = json.loads((tmp_path / "final.json").read_text())
+    assert report["counts"]["skipped_done"] + report["counts"]["done"] == N
+    assert report["resume"]["resumed"] is True
+    print(f"crash test: {KILLS} kills ({', '.join(moments)}); {done_before_final} outputs before the final run;"
+          f" {elapsed:.1f} s in all")
