@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from warpdeck.engine.api import BackendError, PipelineSpec, SpecError, load_spec, parse_spec
+from warpdeck.engine.api import BackendError, PipelineSpec, RunDirError, RunReport, SpecError, load_spec, parse_spec
 
 __all__ = ["main"]
 
@@ -34,9 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline spec (TOML)")
     run.add_argument("spec", type=Path)
+    run.add_argument("--retry-failed", action="store_true",
+                     help="when resuming a run directory, retry the tasks that failed in it")
     _common(run)
     demo = sub.add_parser("demo", help="run a built-in example pipeline on generated inputs")
-    demo.add_argument("--count", type=int, default=4000, help="how many synthetic signals (default 4000)")
+    demo.add_argument("--count", type=int, help="how many synthetic signals (default 4000 headless; 60000 in the "
+                      "control room, so there is time to watch)")
+    demo.add_argument("--outputs", action="store_true",
+                      help="write the control-room demo's outputs too (headless always writes them)")
     _common(demo)
     return p
 
@@ -46,13 +51,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="REPORT.json", help="write the run report as JSON")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="override the spec's backend")
     p.add_argument("--run-dir", type=Path, help="journal and outputs (default .warpdeck/<pipeline>)")
+    p.add_argument("--theme", help="control-room theme: warpdeck-dark (default), warpdeck-light, "
+                   "warpdeck-high-contrast, warpdeck-ansi, or one of yours")
 
 
-def _demo_spec(count: int) -> PipelineSpec:
+def _demo_spec(count: int, outputs: bool) -> PipelineSpec:
     return parse_spec({
         "name": "demo-spectrogram", "batch_size": 64, "lanes": 2,
         "source": {"kind": "synthetic", "count": count, "shape": [8192], "dtype": "float32", "seed": 7},
-        "sink": {"kind": "npy_dir", "path": "outputs"},
+        "sink": {"kind": "npy_dir", "path": "outputs"} if outputs else {"kind": "null"},
         "stages": [{"fn": _DEMO, "deadline_s": 30}],
     }, "<demo>")
 
@@ -62,31 +69,63 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     err = Console(stderr=True)
     try:
-        spec = load_spec(args.spec) if args.command == "run" else _demo_spec(args.count)
+        if args.command == "run":
+            spec = load_spec(args.spec)
+        else:
+            count = args.count or (4000 if args.headless else 60_000)
+            spec = _demo_spec(count, outputs=args.headless or args.outputs)
     except SpecError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
+    retry_failed = getattr(args, "retry_failed", False)
+    # The demo starts afresh each time unless it is given a run directory to keep (and resume).
+    journal = False if args.command == "demo" and args.run_dir is None else None
     if not args.headless:
-        # The interactive control room is a separate package that is not in this build yet.
-        err.print("warpdeck: the interactive control room is not available in this build; running headless.")
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            return _control_room(spec, run_dir, args.theme, retry_failed, journal, args.json, err)
+        err.print("warpdeck: not a terminal, so no control room; running headless (--headless says so).")
     console = Console(stderr=False)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
 
     try:
-        report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal))
-    except BackendError as exc:
+        report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
+                                          retry_failed=retry_failed, journal=journal))
+    except (BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
         return 1
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    _write_report(report, args.json)
     return report.exit_code
+
+
+def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_failed: bool, journal: bool | None,
+                  json_path: Path | None, err: Console) -> int:
+    from warpdeck.cli.control_room import UnknownTheme, check_theme, run_control_room  # noqa: PLC0415 - Textual loads only here
+
+    try:
+        check_theme(theme)
+        report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal)
+    except (UnknownTheme, BackendError, RunDirError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return 2
+    if report is None:
+        err.print("the engine stopped before it could report")
+        return 1
+    _write_report(report, json_path)
+    Console().print(f"{spec.name}: {report.status}, {report.counts.done:,} done, {report.counts.failed:,} failed, "
+                    f"{report.counts.cancelled:,} cancelled", markup=False, highlight=False)
+    return report.exit_code
+
+
+def _write_report(report: RunReport, path: Path | None) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":  # pragma: no cover

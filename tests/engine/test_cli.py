@@ -63,7 +63,8 @@ def test_failed_task_exits_1_and_names_the_reason(tmp_path: Path) -> None:
     r = _warpdeck("run", str(spec), "--headless", "--json", "r.json", "--run-dir", "rd", cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["counts"] == {"total": 8, "done": 7, "failed": 1, "cancelled": 0, "queued": 0, "running": 0}
+    assert report["counts"] == {"total": 8, "done": 7, "failed": 1, "cancelled": 0, "queued": 0, "running": 0,
+                                "skipped_done": 0, "flagged": 0}
     assert "poisoned input" in report["failures"][0]["reason"]
 
 
@@ -98,3 +99,19 @@ def test_cupy_backend_without_cuda_exits_2_with_reason(tmp_path: Path) -> None:
 def test_version() -> None:
     r = subprocess.run([sys.executable, "-m", "warpdeck.cli", "--version"], capture_output=True, text=True, check=True)
     assert r.stdout.startswith("warpdeck ")
+
+
+def test_second_run_resumes_and_another_spec_in_the_same_run_dir_exits_2(tmp_path: Path) -> None:
+    spec = _write(tmp_path, SPEC.format(fn="wd_stages:double"))
+    assert _warpdeck("run", str(spec), "--headless", "--run-dir", "rd", cwd=tmp_path).returncode == 0
+    r = _warpdeck("run", str(spec), "--headless", "--json", "r.json", "--run-dir", "rd", "--retry-failed",
+                  cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["counts"]["skipped_done"] == 50 and report["resume"]["resumed"] is True
+    other = tmp_path / "other.toml"
+    other.write_text(SPEC.format(fn="wd_stages:double").replace('name = "cli-test"', 'name = "other-test"'))
+    r = _warpdeck("run", str(other), "--headless", "--run-dir", "rd", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "rd" in r.stderr and "'cli-test'" in r.stderr and "'other-test'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,48 @@
+"""Helpers for control-room tests: an app over a real engine that keeps running, and waiting on
+conditions (never on wall-clock sleeps alone)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+from warpdeck.engine.api import PipelineSpec, parse_spec
+from warpdeck.tui.app import WarpdeckApp
+from warpdeck.tui.link import EngineLink
+
+SIZE = (150, 42)
+
+
+def slow_spec(count: int = 200_000, name: str = "tui-test", stage: str = "wd_stages:sleep_100ms") -> PipelineSpec:
+    """A pipeline that runs far longer than any test (by default 100 ms a batch of 8). It keeps
+    the process mostly idle, because Pilot waits after each key for the process to go idle."""
+    return parse_spec({
+        "name": name, "batch_size": 8, "lanes": 2,
+        "source": {"kind": "synthetic", "count": count, "shape": [64], "dtype": "float32", "seed": 3},
+        "sink": {"kind": "null"}, "stages": [{"fn": stage}],
+    }, "<test>")
+
+
+async def until(pilot: Pilot[Any], cond: Callable[[], object], limit_s: float = 10.0) -> None:
+    """Let the app run until ``cond()`` holds; fail after ``limit_s`` seconds."""
+    end = time.monotonic() + limit_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {limit_s} s")
+        await pilot.pause(0.02)
+
+
+@contextlib.asynccontextmanager
+async def engine_app(tmp_path: Path, spec: PipelineSpec | None = None,
+                     **app_kw: Any) -> AsyncIterator[tuple[WarpdeckApp, Pilot[Any], EngineLink]]:
+    """The control room over a real, running engine; waits for the first snapshot."""
+    link = EngineLink(spec or slow_spec(), tmp_path / "run")
+    app = WarpdeckApp(link, screenshot_dir=tmp_path, **app_kw)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.counts.done > 0)
+        yield app, pilot, link

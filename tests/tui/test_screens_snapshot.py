@@ -1,0 +1,119 @@
+"""Every screen of the control room, rendered from a recorded synthetic stream at a pinned size.
+
+Each test feeds the same twelve snapshots (interval 0, so the app shows the last one), pins TZ and
+NO_COLOR before the app exists (Textual reads NO_COLOR when the App is created), drives the app
+with keys, and compares the screen with the SVG under ``__snapshots__``. Everything on screen comes
+from the snapshot, so the picture is the same on every run; ``--snapshot-update`` regenerates it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from textual.pilot import Pilot
+
+from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.app import WarpdeckApp
+from warpdeck.tui.link import StreamLink
+from warpdeck.tui.synthetic import SyntheticRun
+
+SIZE = (140, 40)
+SNAPSHOTS = 12
+DT = 1.0
+
+
+def _run() -> SyntheticRun:
+    # 50 tasks/s in blocks of 16 (a 0.32 s period, four timeline cells a batch): every column holds a
+    # few tasks, and stalls and failures of every kind show by t = 12 s.
+    return SyntheticRun(5000, seed=7, transitions_per_s=300, stalled_every=29, failed_every=41, batch=8)
+
+
+def _last() -> EngineSnapshot:
+    return _run().snapshot_at(SNAPSHOTS * DT, seq=SNAPSHOTS)
+
+
+@pytest.fixture
+def make_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], WarpdeckApp]]:
+    """A factory for the app over the recorded stream, with TZ and NO_COLOR pinned."""
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("NO_COLOR", "1")
+    time.tzset()
+
+    def make() -> WarpdeckApp:
+        run = _run()
+        last = run.snapshot_at(SNAPSHOTS * DT)
+        details = {f.key: run.detail(f.key, last.t) for f in last.failures}
+        return WarpdeckApp(StreamLink(list(run.stream(DT, SNAPSHOTS)), details=details))
+
+    yield make
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def _shown(pilot: Pilot[int]) -> None:
+    """Wait until the app shows the stream's last snapshot (a condition, not a sleep)."""
+    app = pilot.app
+    assert isinstance(app, WarpdeckApp)
+    for _ in range(200):
+        if app.snapshot is not None and app.snapshot.seq == SNAPSHOTS:
+            return
+        await pilot.pause()
+    raise AssertionError(f"the last snapshot never showed (at seq {app.snapshot and app.snapshot.seq})")
+
+
+def test_board(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown)
+
+
+def test_board_filtered(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    # Keys img-00012xx: a hundred tasks, done, running and stalled; titles show shown/total.
+    keys = ["slash", *"00012", "enter"]
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=keys)
+
+
+def test_board_stalled_column(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    # Six columns right of queued: the stalled list has focus (every reason with its age), cursor on row 4.
+    keys = [*["l"] * 6, "j", "j", "j"]
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=keys)
+
+
+def test_workers(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["2"])
+
+
+def test_timeline(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["3"])
+
+
+def test_help(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["question_mark"])
+
+
+def test_task_detail(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    async def open_failed(pilot: Pilot[int]) -> None:
+        await _shown(pilot)
+        # The done/failed column lists failures first: enter opens the newest failure.
+        await pilot.press(*["l"] * 7, "enter")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=open_failed)
+
+
+def test_confirm_cancel_all(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["X"])
+
+
+def test_command_prompt(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
+    # "dr" with the suggester offering the rest of "drain".
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["colon", "d", "r"])
+
+
+def test_stream_is_recorded() -> None:
+    """The stream these pictures come from is the same on every run (else they would drift)."""
+    a, b = _last(), _last()
+    assert a.counts == b.counts
+    assert a.stalled == b.stalled
+    assert a.figures == b.figures

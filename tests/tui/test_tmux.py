@@ -1,0 +1,87 @@
+"""``warpdeck demo`` in a real terminal (tmux), driven by keys as a person would, read off the pane."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(TMUX is None and os.environ.get("CI") != "true", reason="tmux is not installed")
+
+
+class Pane:
+    """One tmux session running one command."""
+
+    def __init__(self, command: str, cwd: Path) -> None:
+        self.name = f"wd-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "150", "-y", "42", "-c", str(cwd),
+                        command], check=True)
+        # A detached session may keep tmux's default 80x24 whatever -x/-y say: size it for sure.
+        subprocess.run(["tmux", "resize-window", "-t", self.name, "-x", "150", "-y", "42"], check=False)
+
+    def text(self) -> str:
+        out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True,
+                             check=True)
+        return out.stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, needle: str, limit_s: float = 20.0) -> str:
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            text = self.text()
+            if needle in text:
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} never showed; the pane holds:\n{self.text()}")
+
+    def wait_gone(self, needle: str, limit_s: float = 20.0) -> None:
+        end = time.monotonic() + limit_s
+        while needle in self.text():
+            if time.monotonic() > end:
+                raise AssertionError(f"{needle!r} never went away")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True, check=False)
+
+
+def test_demo_driven_from_the_keyboard(tmp_path: Path) -> None:
+    warpdeck = Path(sys.executable).parent / "warpdeck"
+    pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {tmp_path / 'run'}; echo EXIT=$?; sleep 30", tmp_path)
+    try:
+        pane.wait_for("● running")
+        screen = pane.wait_for("compute")
+        assert "queued" in screen and "stalled" in screen and "tasks/s" in screen
+        pane.keys("p")
+        pane.wait_for("paused")
+        pane.keys("/")
+        pane.wait_for("regex on the key")
+        pane.keys("state:done", "Enter")
+        pane.wait_for("filter /state:done/")
+        pane.keys("?")
+        help_screen = pane.wait_for("warpdeck keys")
+        assert "Screens" in help_screen and "Board" in help_screen
+        pane.keys("Escape")  # alone: ESC then a key at once would read as alt+key
+        pane.wait_gone("warpdeck keys")
+        pane.keys("2")
+        workers = pane.wait_for("in process")  # the in-process worker's heartbeat cell
+        assert "online" in workers
+        pane.keys("3")
+        pane.wait_for("overlap efficiency")
+        pane.keys("q")
+        pane.wait_for("Work is still running")
+        pane.keys("y")
+        final = pane.wait_for("EXIT=")
+        assert "EXIT=1" in final  # quit with work left: not every task is done
+        assert "demo-spectrogram: stopped" in final
+    finally:
+        pane.close()

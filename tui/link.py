@@ -1,0 +1,223 @@
+"""The only bridge between the control room and an engine.
+
+The decision this module protects: the app never touches the engine. A link delivers snapshots as
+messages (latest wins) and carries typed commands the other way. ``EngineLink`` runs the engine on
+its own thread and event loop, so a slow repaint can never slow the pipeline and a busy engine
+can never freeze the keyboard; ``StreamLink`` plays a ready-made sequence of snapshots (tests,
+benchmarks, replays) and answers commands it cannot carry with a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from textual.message import Message
+
+from warpdeck.engine.api import (
+    Backend,
+    Command,
+    CommandResult,
+    Engine,
+    EngineSnapshot,
+    PipelineSpec,
+    RunReport,
+    TaskDetail,
+)
+from warpdeck.tui.messages import EngineStopped, SnapshotArrived
+
+__all__ = ["EngineLink", "Link", "SentCommand", "StreamLink"]
+
+Post = Callable[[Message], object]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class SentCommand:
+    """A command the app sent and the engine's answer (kept for the status line and tests)."""
+
+    command: Command
+    result: CommandResult
+
+
+class Link(Protocol):
+    """What the app needs from an engine, wherever it runs."""
+
+    readonly: bool
+    sent: list[SentCommand]
+
+    def start(self, post: Post) -> None:
+        """Begin delivering messages through ``post`` (thread-safe)."""
+
+    async def send(self, cmd: Command) -> CommandResult:
+        """Carry one command and return the engine's answer."""
+
+    async def detail(self, key: str) -> TaskDetail | None:
+        """Everything known about one task."""
+
+    def stop(self) -> None:
+        """Stop the engine (if this link owns it) and stop delivering."""
+
+
+@dataclass
+class _Refusals:
+    readonly: bool = False
+    sent: list[SentCommand] = field(default_factory=list)
+
+    def refuse(self, cmd: Command) -> CommandResult | None:
+        if self.readonly:
+            result = CommandResult(False, 0, "read-only: commands are off")
+            self.sent.append(SentCommand(cmd, result))
+            return result
+        return None
+
+
+class EngineLink(_Refusals):
+    """Runs ``Engine(spec, run_dir)`` on a thread of its own and links the app to it."""
+
+    def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *, backend: Backend | None = None,
+                 readonly: bool = False, **engine_options: Any) -> None:
+        super().__init__(readonly=readonly)
+        self.spec = spec
+        self.run_dir = run_dir
+        self._backend = backend
+        self._engine_options = engine_options
+        self._post: Post | None = None
+        self._startup_error: BaseException | None = None
+        self._stopped: EngineStopped | None = None
+        self._engine: Engine | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.report: RunReport | None = None
+        self.error = ""
+
+    def open(self) -> None:
+        """Start the engine on its own thread and wait until it runs; re-raises what stopped it
+        from starting (a bad run directory, a backend that is not there)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._thread_main, name="warpdeck-engine", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            raise self._startup_error
+
+    def start(self, post: Post) -> None:
+        self.open()
+        self._post = post
+        if self._engine is not None and self._engine.publisher.latest is not None:
+            post(SnapshotArrived(self._engine.publisher.latest))
+        if self._stopped is not None:
+            post(self._stopped)
+
+    def _deliver(self, message: Message) -> None:
+        if self._post is not None:
+            self._post(message)
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - whatever killed the engine goes to the screen, not to stderr
+            if not self._ready.is_set():
+                self._startup_error = exc
+            self.error = traceback.format_exc()
+        finally:
+            self._ready.set()
+            self._stopped = EngineStopped(self.report, self.error)
+            self._deliver(self._stopped)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        async with Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options) as engine:
+            self._engine = engine
+            engine.publisher.subscribe(lambda snap: self._deliver(SnapshotArrived(snap)))
+            self._ready.set()
+            # Stopped by the user: the engine writes its report as it closes, read below.
+            with contextlib.suppress(asyncio.CancelledError):
+                self.report = await engine.wait()
+        self.report = self.report or engine.report
+
+    async def _call(self, fn: Callable[[Engine], _T]) -> _T:
+        assert self._loop is not None and self._engine is not None, "start the link first"
+        engine = self._engine
+
+        async def call() -> _T:
+            return fn(engine)
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), self._loop))
+
+    async def send(self, cmd: Command) -> CommandResult:
+        refused = self.refuse(cmd)
+        if refused is not None:
+            return refused
+        if self._engine is None or self._loop is None or self._loop.is_closed():
+            result = CommandResult(False, 0, "the engine has stopped")
+        else:
+            engine = self._engine
+            fut = asyncio.run_coroutine_threadsafe(engine.command(cmd), self._loop)
+            result = await asyncio.wrap_future(fut)
+        self.sent.append(SentCommand(cmd, result))
+        return result
+
+    async def detail(self, key: str) -> TaskDetail | None:
+        if self._engine is None or self._loop is None or self._loop.is_closed():
+            return None
+        return await self._call(lambda e: e.task_detail(key))
+
+    def stop(self) -> None:
+        loop, main = self._loop, self._main
+        if loop is not None and main is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(main.cancel)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+class StreamLink(_Refusals):
+    """Delivers the given snapshots in order, ``interval`` seconds apart (0: all at once).
+
+    Commands are recorded and refused: there is no engine behind a stream."""
+
+    def __init__(self, snapshots: Iterable[EngineSnapshot], *, interval: float = 0.0,
+                 details: dict[str, TaskDetail] | None = None) -> None:
+        super().__init__(readonly=False)
+        self._snapshots = snapshots
+        self._interval = interval
+        self._details = details or {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, post: Post) -> None:
+        if self._interval <= 0:
+            for snap in self._snapshots:
+                post(SnapshotArrived(snap))
+            return
+        self._thread = threading.Thread(target=self._play, args=(post,), name="warpdeck-replay", daemon=True)
+        self._thread.start()
+
+    def _play(self, post: Post) -> None:
+        for snap in self._snapshots:
+            if self._stop.wait(self._interval):
+                return
+            post(SnapshotArrived(snap))
+
+    async def send(self, cmd: Command) -> CommandResult:
+        result = CommandResult(False, 0, "replay: no engine to command")
+        self.sent.append(SentCommand(cmd, result))
+        return result
+
+    async def detail(self, key: str) -> TaskDetail | None:
+        return self._details.get(key)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

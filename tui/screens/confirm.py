@@ -1,0 +1,66 @@
+"""Confirmation for destructive actions; the worst ones ask for a word to be typed."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+__all__ = ["ConfirmScreen"]
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks ``question``; with ``type_to_confirm``, Yes only works once that text is typed."""
+
+    BINDINGS: ClassVar = [Binding("escape,n", "answer(False)", "No"), Binding("y", "answer(True)", "Yes")]
+
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 64; height: auto; border: thick $warning; background: $surface; padding: 1 2; }
+    ConfirmScreen Horizontal { height: auto; margin-top: 1; }
+    ConfirmScreen Button { margin-right: 2; }
+    ConfirmScreen Label { width: 1fr; }
+    ConfirmScreen .hint { color: $text-muted; }
+    """
+
+    def __init__(self, question: str, *, type_to_confirm: str | None = None) -> None:
+        super().__init__()
+        self.question = question
+        self.type_to_confirm = type_to_confirm
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.question)
+            if self.type_to_confirm is not None:
+                yield Label(f"Type [b]{self.type_to_confirm}[/b] to confirm:", classes="hint")
+                yield Input(id="confirm-text")
+            else:
+                yield Label("y: yes   n or escape: no", classes="hint")
+            with Horizontal():
+                yield Button("Yes", id="yes", variant="error", disabled=self.type_to_confirm is not None)
+                yield Button("No", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        if self.type_to_confirm is not None:
+            self.query_one(Input).focus()
+        else:
+            self.query_one("#no", Button).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_one("#yes", Button).disabled = event.value != self.type_to_confirm
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.value == self.type_to_confirm:
+            self.dismiss(True)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        if yes and self.type_to_confirm is not None:
+            return  # typing is the confirmation; 'y' is just a letter of it
+        self.dismiss(yes)

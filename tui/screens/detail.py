@@ -1,0 +1,79 @@
+"""Task detail: state, phase, stall reason, attempts with their history, and the traceback."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from warpdeck.engine.api import TaskDetail
+from warpdeck.tui.glyphs import STALL_BADGES, STATE_GLYPHS
+
+__all__ = ["DetailScreen", "render_detail"]
+
+
+def render_detail(d: TaskDetail) -> Group:
+    """Everything known about one task, as rich renderables."""
+    badge = STATE_GLYPHS.get(d.state)
+    head = Text()
+    head.append(f"{badge.glyph if badge else '?'} {d.key}\n", "bold")
+    head.append(f"state {d.state}")
+    if d.state == "running":
+        head.append(f" · phase {d.phase}")
+    head.append(f" · attempt {d.attempt} · batch {d.batch if d.batch >= 0 else '—'}\n")
+    if d.stall != "none":
+        stall = STALL_BADGES.get(d.stall)
+        head.append(f"stalled: {stall.glyph if stall else ''} {d.stall}", "bold")
+        head.append(f" — {d.stall_note}\n" if d.stall_note else "\n")
+    if d.error:
+        head.append(f"error: {d.error}\n", "bold")
+    history = Table(title="attempts", title_justify="left", box=None, padding=(0, 2, 0, 0))
+    for col in ("#", "ended as", "reason"):
+        history.add_column(col)
+    for a in d.history:
+        history.add_row(str(a.attempt), a.outcome, a.reason)
+    parts: list[Text | Table] = [head]
+    if d.history:
+        parts.append(history)
+    if d.traceback:
+        parts.append(Text("\ntraceback (most recent call last is at the bottom):", style="bold"))
+        parts.append(Text(d.traceback.rstrip()))
+    return Group(*parts)
+
+
+class DetailScreen(ModalScreen[None]):
+    """One task in full; refreshed with each snapshot while open."""
+
+    BINDINGS: ClassVar = [Binding("escape,q", "dismiss", "Close")]
+
+    DEFAULT_CSS = """
+    DetailScreen { align: center middle; }
+    DetailScreen > VerticalScroll { width: 90%; height: 80%; border: thick $accent; background: $surface;
+                                    padding: 0 1; }
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(f"loading {self.key}…", id="detail-body")
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "snapshot", lambda _: self.reload(), init=True)
+
+    @work(group="detail", exclusive=True)
+    async def reload(self) -> None:
+        """Ask the link for the task's detail and show it."""
+        detail = await self.app.link.detail(self.key)  # type: ignore[attr-defined]
+        body = self.query_one("#detail-body", Static)
+        body.update(render_detail(detail) if detail is not None else f"no task {self.key!r}")

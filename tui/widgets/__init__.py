@@ -1,0 +1,1 @@
+"""Widgets of the control room, one per module."""

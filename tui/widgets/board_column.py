@@ -1,0 +1,46 @@
+"""One board column: a title with its count, and the virtual list of its tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.widgets.task_list import TaskList
+
+__all__ = ["BoardColumn"]
+
+
+class BoardColumn(Vertical):
+    """A titled task list; the title says how many tasks the column holds (and how many pass
+    the filter, when one is set)."""
+
+    DEFAULT_CSS = """
+    BoardColumn { width: 1fr; height: 1fr; border-right: vkey $panel; }
+    BoardColumn > .column-title { height: 1; padding: 0 1; background: $panel; text-style: bold;
+                                  text-wrap: nowrap; text-overflow: ellipsis; }
+    BoardColumn:focus-within > .column-title { background: $accent 50%; }
+    """
+
+    def __init__(self, column: str, title: str) -> None:
+        super().__init__(id=f"col-{column}")
+        self.column = column
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.title_text, classes="column-title")
+        yield TaskList(id=f"list-{self.column}")
+
+    @property
+    def list(self) -> TaskList:
+        return self.query_one(TaskList)
+
+    def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64], total: int, extra: str = "") -> None:
+        """Show ``rows`` of ``snap``; ``total`` is the column's unfiltered count."""
+        shown = len(rows)
+        count = f"{shown:,}" if shown == total else f"{shown:,}/{total:,}"
+        self.query_one(".column-title", Static).update(f"{self.title_text} {count}{extra}")
+        self.list.show(snap, rows)
