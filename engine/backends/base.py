@@ -183,10 +183,11 @@ class StreamSet:
         the device-side ordering to the backend's ``wait_events`` (CuPy: ``stream.wait_event``).
         """
         marker = Marker(phase, cf.Future(), device=device_deps)
+        closed = self._closed
 
         def run() -> Any:
             for d in deps:
-                exc = _wait_submitted(d) if device_deps else _wait_done(d)
+                exc = _wait_submitted(d, closed) if device_deps else _wait_done(d, closed)
                 if exc is not None:
                     raise DependencyFailed(f"{d.phase.name.lower()} failed: {exc!r}") from exc
             marker.t0 = time.perf_counter()
@@ -199,7 +200,9 @@ class StreamSet:
         return marker
 
     def close(self) -> None:
-        """Stop accepting work and wait for running jobs."""
+        """Stop accepting work and wait for running jobs. A job still waiting for a dependency
+        gives up (``StreamsClosed``): a release that nobody will ever free cannot hang the
+        process at exit, when Python joins every executor thread."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -207,19 +210,32 @@ class StreamSet:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _wait_submitted(d: Marker) -> BaseException | None:
-    cf.wait([d.future])
+class StreamsClosed(RuntimeError):
+    """The lane's streams were closed while a job still waited for a dependency."""
+
+
+#: How often a job blocked on a dependency looks whether its streams were closed.
+_CLOSED_POLL_S = 0.05
+
+
+def _wait_submitted(d: Marker, closed: threading.Event) -> BaseException | None:
+    while not cf.wait([d.future], timeout=_CLOSED_POLL_S).done:
+        if closed.is_set():
+            raise StreamsClosed(f"streams closed while waiting for {d.phase.name.lower()}")
+    if d.future.cancelled():
+        return StreamsClosed(f"{d.phase.name.lower()} was cancelled")
     return d.future.exception()
 
 
-def _wait_done(d: Marker) -> BaseException | None:
-    cf.wait([d.future])
-    exc = d.future.exception()
+def _wait_done(d: Marker, closed: threading.Event) -> BaseException | None:
+    exc = _wait_submitted(d, closed)
     if exc is not None:
         return exc
     ev = d._event()
     delay = 20e-6
     while ev is not None and not ev.done:
+        if closed.is_set():
+            raise StreamsClosed(f"streams closed while {d.phase.name.lower()} ran on the device")
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
     return None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +100,35 @@ def test_fixed_depth_stays_put_without_auto() -> None:
     s = spec(["wd_stages:sleep_2ms"], batch_size=2, feeder={"auto_depth": False})
     report, _ = asyncio.run(_run(s, SleepySource(100, jitter=[0.0, 0.0, 0.0, 0.012]), RecordingSink()))
     assert report.slot_depth == [2]
+
+
+def _lane_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("warpdeck-lane")]
+
+
+@pytest.mark.parametrize("after_done", [8, 40])
+def test_cancelling_a_running_engine_ends_every_lane_thread(after_done: int) -> None:
+    # Python joins executor threads at exit: one stream job left waiting on a release that
+    # nobody frees keeps a finished process alive for ever (the control room's quit path).
+    s = spec(["wd_stages:sleep_10ms"], batch_size=4, lanes=2, feeder={"auto_depth": False})
+
+    async def main() -> None:
+        async with Engine(s, backend=None, source=SleepySource(100_000, fill_s=0.001),
+                          sink=RecordingSink(sleep_s=0.003)) as eng:
+            run = asyncio.ensure_future(eng.wait())
+            while eng.snapshot().counts.done < after_done:
+                await asyncio.sleep(0.005)
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+
+    before = set(_lane_threads())
+    # In a thread of its own, so that a hang fails this test instead of stalling the suite.
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    runner.join(timeout=20)
+    assert not runner.is_alive(), "the cancelled engine never finished closing its lanes"
+    deadline = time.monotonic() + 5
+    while set(_lane_threads()) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_lane_threads()) - before, f"lane threads still alive: {sorted(set(_lane_threads()) - before)}"
