@@ -18,6 +18,8 @@ __all__ = [
     "CommandResult",
     "Drain",
     "Pause",
+    "Quarantine",
+    "Release",
     "RequeueStalled",
     "Resume",
     "RetryFailed",
@@ -76,7 +78,21 @@ class SetDepth(_Cmd):
     lane: int | None = None
 
 
-Command = Annotated[Pause | Resume | Drain | Cancel | RetryFailed | RequeueStalled | SetDepth,
+class Quarantine(_Cmd):
+    """Give a worker no new batches (its batches in flight finish) until it is released."""
+
+    kind: Literal["quarantine"] = "quarantine"
+    worker: str = Field(min_length=1, max_length=128)
+
+
+class Release(_Cmd):
+    """Undo quarantine: the worker gets batches again."""
+
+    kind: Literal["release"] = "release"
+    worker: str = Field(min_length=1, max_length=128)
+
+
+Command = Annotated[Pause | Resume | Drain | Cancel | RetryFailed | RequeueStalled | SetDepth | Quarantine | Release,
                     Field(discriminator="kind")]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 

@@ -235,6 +235,11 @@ class Lane:
             keep = [self.ring[(self._ptr + i) % len(self.ring)] for i in range(depth)]
             self.ring, self._ptr = keep, 0
 
+    def inflight_ids(self) -> tuple[int, ...]:
+        """Ids of the batches this lane holds between h2d and sink (readable from another thread:
+        it may raise ``RuntimeError`` if the lane changed it meanwhile; the caller retries later)."""
+        return tuple(self._inflight)
+
     @property
     def nbytes(self) -> int:
         """Bytes held by this lane's slot buffers."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import socket
 import time
@@ -34,12 +35,18 @@ from warpdeck.engine.commands import (
     CommandResult,
     Drain,
     Pause,
+    Quarantine,
+    Release,
     RequeueStalled,
     Resume,
     RetryFailed,
     SetDepth,
 )
 from warpdeck.engine.config import PipelineSpec, resolve_target
+from warpdeck.engine.control.heartbeat import WorkerInfo, WorkerProbe
+from warpdeck.engine.control.plane import ControlPlane, ControlSettings
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.views import local_worker_id, merge_workers
 from warpdeck.engine.feeder import DepthTuner, Feeder
 from warpdeck.engine.journal import Journal, JournaledTable, ResumeState, spec_identity
 from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception
@@ -72,6 +79,13 @@ _SLOT_STATE = {Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phas
                Phase.D2H: "d2h", Phase.SINK: "readable"}
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("warpdeck")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a bare checkout
+        return "0+unknown"
+
+
 @dataclass(slots=True)
 class _Stall:
     reason: StallReason
@@ -83,7 +97,8 @@ class Engine:
 
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
                  backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
-                 snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False) -> None:
+                 snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False,
+                 control: ControlSettings | None = None) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
         self.backend = backend if backend is not None else select_backend(spec.backend)
@@ -128,6 +143,11 @@ class Engine:
         self._main: asyncio.Task[None] | None = None
         self.first_batch_s: float | None = None
         self.report: RunReport | None = None
+        self.worker_id = local_worker_id(_HOST, self.backend.device_name)
+        self._control_settings = control
+        self.control: ControlPlane | None = None
+        #: Workers an operator quarantined; the local one among them gets no new batches.
+        self.quarantined: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -139,6 +159,8 @@ class Engine:
         self._t0 = time.perf_counter()
         self._status = "running"
         self._main = asyncio.create_task(self._run(), name=f"warpdeck-engine-{self.spec.name}")
+        if self._control_settings is not None:
+            self._start_control(self._control_settings)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -148,10 +170,24 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
         try:
+            if self.control is not None:
+                # The last telemetry (the final snapshot) goes out before the goodbye.
+                await asyncio.to_thread(self.control.stop)
             if self.journal is not None:
                 await asyncio.to_thread(self.journal.close)
         finally:
             self.backend.close()
+
+    def _start_control(self, settings: ControlSettings) -> None:
+        """Join the control plane (a thread of its own); the first batch never waits for it."""
+        lanes = self.lanes
+        probe = WorkerProbe(progress=lambda: sum(lane.batches_done for lane in lanes),
+                            lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
+                            leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()))
+        info = WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version())
+        self.control = ControlPlane(settings, Topics(self.spec.name), worker_id=self.worker_id, worker_info=info,
+                                    probe=probe, latest=lambda: self.publisher.latest, command=self.command)
+        self.control.start()
 
     def _open_journal(self) -> tuple[Journal, ResumeState]:
         """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""
@@ -247,22 +283,24 @@ class Engine:
         try:
             while True:
                 t0 = time.perf_counter()
-                if not self.feeder.paused:
-                    flush = self.feeder.exhausted or self.feeder.draining
+                # Paused, or this worker quarantined: no new batch (an empty, finished run still ends).
+                held = self.feeder.paused or (bool(self.quarantined) and self.worker_id in self.quarantined)
+                flush = self.feeder.exhausted or self.feeder.draining
+                if not held:
                     batch = self.ready.take(flush=flush)
                     if batch is not None:
                         if len(self.ready) <= self.feeder.low:
                             self.feeder.poke()
                         self.metrics.serial_s += time.perf_counter() - t0
                         return batch
-                    if flush and len(self.ready) == 0 and self._inflight == 0:
-                        self._kick()
-                        return None
+                if flush and len(self.ready) == 0 and self._inflight == 0:
+                    self._kick()
+                    return None
                 due = self.ready.next_due()
                 wake = self._wake
-                reason = StallReason.CONTROL if self.feeder.paused else StallReason.MEMORY
+                reason = StallReason.CONTROL if held else StallReason.MEMORY
                 self._lane_wait[lane.id] = (waited_from, reason)
-                timeout = None if due is None or self.feeder.paused else max(0.0, due - time.monotonic()) + 1e-4
+                timeout = None if due is None or held else max(0.0, due - time.monotonic()) + 1e-4
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout)
         finally:
@@ -445,6 +483,8 @@ class Engine:
             running = len(self.table.indices(State.RUNNING, stalled=True))
             note = f"; {running} stalled in flight stay with their batch" if running else ""
             return CommandResult(True, len(stalled), f"requeued {len(stalled)} stalled task(s) to the front{note}")
+        if isinstance(cmd, Quarantine | Release):
+            return self._quarantine(cmd)
         if isinstance(cmd, SetDepth):
             self.auto_depth = False
             for lane in self.lanes:
@@ -452,6 +492,26 @@ class Engine:
                     lane.set_depth(cmd.depth)
             return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto off)")
         return CommandResult(False, 0, f"unknown command {cmd!r}")  # pragma: no cover - union is closed
+
+    def _quarantine(self, cmd: Quarantine | Release) -> CommandResult:
+        known = {w.id for w in self.publisher.latest.workers} if self.publisher.latest else {self.worker_id}
+        known.add(self.worker_id)
+        if cmd.worker not in known:
+            return CommandResult(False, 0, f"no worker {cmd.worker!r} (known: {', '.join(sorted(known))})")
+        pending = np.array(self.ready.pending(), np.int64) if cmd.worker == self.worker_id else np.zeros(0, np.int64)
+        if isinstance(cmd, Quarantine):
+            self.quarantined.add(cmd.worker)
+            if self.control is not None:
+                self.control.quarantine(cmd.worker, True)
+            if len(pending):
+                self.table.set_stall(pending, StallReason.CONTROL, f"worker {cmd.worker} quarantined")
+            return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
+        self.quarantined.discard(cmd.worker)
+        if self.control is not None:
+            self.control.quarantine(cmd.worker, False)
+        if len(pending) and not self.feeder.paused:
+            self.table.clear_stall(pending)
+        return CommandResult(True, 0, f"worker {cmd.worker} released")
 
     def _cancel(self, cmd: Cancel) -> CommandResult:
         if cmd.all:
@@ -517,13 +577,22 @@ class Engine:
             backend=self.backend.name, backend_reason=self.backend.reason, device=self.backend.device_name,
             counts=counts, tasks=view, stalled=stalled, lanes=lanes, feeder=feeder,
             timeline=tuple(self._timeline)[-512:], figures=figures, failures=tuple(self._failures),
-            workers=(self._local_worker(lanes, counts),),
+            workers=self._workers(lanes, counts),
         )
+
+    def _workers(self, lanes: tuple[LaneView, ...], counts: Counts) -> tuple[WorkerView, ...]:
+        local = self._local_worker(lanes, counts)
+        plane = self.control
+        if plane is None:
+            return (local,)
+        busy = {wid: hb.lanes_busy for wid, hb in plane.heard().items()}
+        return merge_workers(local, plane.workers, self.quarantined, busy)
 
     def _local_worker(self, lanes: tuple[LaneView, ...], counts: Counts) -> WorkerView:
         """The in-process worker: this engine's own lanes on its backend's device."""
         busy = sum(any(h >= 0 for s in lane.slots for h in s.holders) for lane in lanes)
-        return WorkerView(id=f"{_HOST}/{self.backend.device_name}", state="online", host=_HOST, pid=os.getpid(),
+        return WorkerView(id=self.worker_id, state="quarantined" if self.worker_id in self.quarantined else "online",
+                          host=_HOST, pid=os.getpid(),
                           device=self.backend.device_name, epoch=0, lanes=len(lanes), lanes_busy=busy,
                           progress=sum(lane.batches_done for lane in lanes), tasks_done=counts.done,
                           tasks_failed=counts.failed)

@@ -106,8 +106,12 @@ class Marker:
     async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a deadline per marker, not a scope
         """Wait from asyncio without blocking the loop; raises the job's exception, or
         ``MarkerTimeout`` after ``timeout`` seconds."""
+        inner = asyncio.wrap_future(self.future)
+        # Shielded, so a waiter's timeout leaves the job alone; if every waiter is gone when the job
+        # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
+        inner.add_done_callback(_retrieve)
         try:
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.future)), timeout)
+            await asyncio.wait_for(asyncio.shield(inner), timeout)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
         ev = self._event()
@@ -125,6 +129,11 @@ class Marker:
             delay = min(delay * 2, 2e-3)
         if not self.t1:
             self.t1 = time.perf_counter()
+
+
+def _retrieve(f: asyncio.Future[Any]) -> None:
+    if not f.cancelled():
+        f.exception()
 
 
 def pending_marker(phase: Phase) -> Marker:

@@ -1,0 +1,164 @@
+"""Where the control plane's broker is: parsed from ``--broker``, or an embedded amqtt broker.
+
+The decisions this module protects:
+- ``embedded`` (the default) starts amqtt in this process, on a free loopback port, on a thread
+  and event loop of its own: one command runs everything, and the broker's work never delays the
+  engine's loop (nor the other way round).
+- ``mqtt://user:pass@host:port`` and ``mqtts://`` (with a CA file) name a real broker; every
+  client of this process connects with the same ``BrokerAddress``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import aiomqtt
+
+__all__ = ["BrokerAddress", "EmbeddedBroker", "free_port", "parse_broker"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """How to reach a broker. ``password`` is kept out of ``repr`` and ``url``."""
+
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_file: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """The address without its password, for logs and the control room."""
+        user = f"{self.username}@" if self.username else ""
+        return f"{'mqtts' if self.tls else 'mqtt'}://{user}{self.host}:{self.port}"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``aiomqtt.Client`` (besides identifier, will and keepalive)."""
+        kw: dict[str, Any] = {
+            "hostname": self.host,
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+        }
+        if self.tls:
+            kw["tls_params"] = aiomqtt.TLSParameters(
+                ca_certs=str(self.ca_file) if self.ca_file else None, cert_reqs=ssl.CERT_REQUIRED
+            )
+        return kw
+
+
+def parse_broker(url: str, ca_file: Path | str | None = None) -> BrokerAddress | None:
+    """``None`` for ``embedded``; else the address in ``url``. Raises ``ValueError`` that says
+    what is wrong with it."""
+    if url == "embedded":
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("mqtt", "mqtts"):
+        raise ValueError(f"--broker {url!r}: use 'embedded', mqtt://[user:pass@]host[:port] or mqtts://…")
+    if not parts.hostname:
+        raise ValueError(f"--broker {url!r}: no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"--broker {url!r}: a broker URL has no path, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"--broker {url!r}: the port is not a number from 1 to 65535") from None
+    tls = parts.scheme == "mqtts"
+    ca = Path(ca_file) if ca_file is not None else None
+    if ca is not None and not ca.is_file():
+        raise ValueError(f"--ca-file {ca}: no such file")
+    return BrokerAddress(
+        parts.hostname,
+        port or (8883 if tls else 1883),
+        unquote(parts.username) if parts.username else None,
+        unquote(parts.password) if parts.password else None,
+        tls,
+        ca,
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (a broker binds it next; a race is possible but rare)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """amqtt on a loopback port, on a thread of its own. ``start()`` returns once it listens."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def address(self) -> BrokerAddress:
+        assert self.port is not None, "start() the broker first"
+        return BrokerAddress(self.host, self.port)
+
+    def start(self, timeout: float = 10.0) -> BrokerAddress:
+        for logger in ("amqtt", "transitions"):  # amqtt logs every connection at INFO
+            logging.getLogger(logger).setLevel(logging.WARNING)
+        if self.port is None:
+            self.port = free_port(self.host)
+        self._thread = threading.Thread(target=self._main, name="warpdeck-broker", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"embedded broker did not start within {timeout:g} s")
+        if self._error is not None:
+            raise RuntimeError(f"embedded broker on {self.host}:{self.port}: {self._error}") from self._error
+        return self.address
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        from amqtt.broker import Broker  # noqa: PLC0415 - heavy, and only an embedded broker needs it
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        broker = Broker(
+            {
+                "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+                "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+            }
+        )
+        await broker.start()
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await broker.shutdown()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop ended on its own
+                loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                _log.warning("embedded broker thread did not stop within %.1f s", timeout)

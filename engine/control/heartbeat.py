@@ -1,0 +1,342 @@
+"""A worker speaks for itself: its own MQTT connection, a Last Will, a retained birth with a fresh
+epoch on every (re)connection, heartbeats, and a goodbye.
+
+The decisions this module protects:
+- The heartbeat runs on a thread and event loop of its own, so a stage that holds the worker's
+  loop (or the GIL for a while, in C) never looks like a dead worker; the ``progress`` counter in
+  each heartbeat is what tells a busy worker from a stuck one.
+- Every connection gets a new, larger epoch (microseconds of wall time, never less than the last
+  plus one), so a worker that comes back, even as a new process, fences its older self.
+- The Will and the graceful death are retained and carry the epoch: a monitor that starts later
+  still learns the worker died, and a later birth (newer epoch) supersedes both.
+- The broker may go away: the worker keeps computing and reconnects with backoff (a new epoch).
+- Device statistics (NVML, where ``nvidia-ml-py`` is installed) are sampled at most twice a second
+  off the heartbeat's path, so a slow driver call cannot delay a heartbeat.
+
+The same component runs in the engine's process (its own worker), in a worker process
+(``python -m warpdeck.engine.control.heartbeat``, used by the tests as a real process to kill and
+freeze), and, later, in a Ray actor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiomqtt
+
+from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.topics import Topics, check_name
+from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, encode
+
+__all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
+
+
+def _zero() -> int:
+    return 0
+
+
+def _none() -> tuple[int, ...]:
+    return ()
+
+
+@dataclass(slots=True)
+class WorkerProbe:
+    """What a heartbeat reports, read from the heartbeat's thread: each must be cheap and must
+    not take the worker's locks (an exception keeps the last value)."""
+
+    progress: Callable[[], int] = _zero
+    lanes_busy: Callable[[], int] = _zero
+    leased: Callable[[], tuple[int, ...]] = _none
+    device_stats: Callable[[], DeviceStats | None] | None = None
+
+
+@dataclass(slots=True)
+class _Last:
+    progress: int = 0
+    lanes_busy: int = 0
+    leased: tuple[int, ...] = ()
+    device: DeviceStats | None = None
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    """The birth's description of the worker."""
+
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    device: str = ""
+    lanes: int = 0
+    version: str = ""
+
+
+class Heartbeater:
+    """Keeps one worker's presence on the broker. ``start()`` returns at once; ``stop()`` says
+    goodbye (a graceful, retained death) and waits for the thread."""
+
+    def __init__(
+        self,
+        address: BrokerAddress,
+        topics: Topics,
+        worker_id: str,
+        *,
+        probe: WorkerProbe | None = None,
+        info: WorkerInfo | None = None,
+        interval_s: float = 0.5,
+        keepalive_s: int = 5,
+    ) -> None:
+        self.address = address
+        self.topics = topics
+        self.worker_id = check_name("worker id", worker_id)
+        self.probe = probe or WorkerProbe()
+        self.info = info or WorkerInfo()
+        self.interval_s = interval_s
+        self.keepalive_s = keepalive_s
+        self.epoch = 0
+        self.seq = 0
+        self.sent = 0
+        self.reconnects = 0
+        self.last_error = ""
+        self.connected = threading.Event()
+        self._last = _Last()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._goodbye = "shutdown"
+
+    # -- lifecycle (any thread) ---------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("heartbeater already started")
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._run(),), name=f"warpdeck-hb-{self.worker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
+        self._goodbye = reason
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already ended
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the heartbeat thread -----------------------------------------------------------------
+    def _next_epoch(self) -> int:
+        self.epoch = max(self.epoch + 1, time.time_ns() // 1000)
+        return self.epoch
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = stopping = asyncio.Event()
+        sampler = asyncio.create_task(self._sample_device(stopping)) if self.probe.device_stats else None
+        backoff = 0.1
+        try:
+            while not stopping.is_set():
+                epoch = self._next_epoch()
+                will = aiomqtt.Will(
+                    self.topics.worker(self.worker_id, "death"),
+                    encode(Death(worker=self.worker_id, epoch=epoch, reason="connection lost")),
+                    qos=1,
+                    retain=True,
+                )
+                try:
+                    async with aiomqtt.Client(
+                        **self.address.client_kwargs(),
+                        will=will,
+                        keepalive=self.keepalive_s,
+                        identifier=f"wd-{self.topics.pipeline}-{self.worker_id}"[:128],
+                        clean_session=True,
+                        timeout=max(2.0, 4 * self.interval_s),
+                    ) as client:
+                        await self._speak(client, epoch, stopping)
+                        backoff = 0.1
+                except aiomqtt.MqttError as exc:
+                    self.connected.clear()
+                    self.last_error = str(exc)
+                    if stopping.is_set():
+                        return
+                    self.reconnects += 1
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+                    backoff = min(2.0, backoff * 2)
+        finally:
+            self.connected.clear()
+            if sampler is not None:
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
+
+    async def _speak(self, client: Any, epoch: int, stopping: asyncio.Event) -> None:
+        wid, topics, info = self.worker_id, self.topics, self.info
+        await client.publish(
+            topics.worker(wid, "birth"),
+            encode(
+                Birth(
+                    worker=wid,
+                    epoch=epoch,
+                    host=info.host,
+                    pid=info.pid,
+                    device=info.device,
+                    lanes=info.lanes,
+                    version=info.version,
+                    interval_s=self.interval_s,
+                )
+            ),
+            qos=1,
+            retain=True,
+        )
+        self.connected.set()
+        hb_topic = topics.worker(wid, "hb")
+        next_at = time.monotonic()
+        while not stopping.is_set():
+            self._read_probe()
+            last = self._last
+            await client.publish(
+                hb_topic,
+                encode(
+                    Heartbeat(
+                        worker=wid,
+                        epoch=epoch,
+                        seq=self.seq,
+                        progress=last.progress,
+                        lanes_busy=last.lanes_busy,
+                        leased=last.leased[:4096],
+                        device=last.device,
+                    )
+                ),
+                qos=0,
+            )
+            self.seq = (self.seq + 1) & 0xFF
+            self.sent += 1
+            # A fixed schedule, not sleep(interval) after the send: the send's time does not drift it.
+            next_at += self.interval_s
+            now = time.monotonic()
+            if next_at < now:  # we fell behind (a stopped process was resumed): start afresh
+                next_at = now + self.interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), next_at - now)
+        await client.publish(
+            topics.worker(wid, "death"),
+            encode(Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye)),
+            qos=1,
+            retain=True,
+        )
+
+    def _read_probe(self) -> None:
+        p, last = self.probe, self._last
+        with contextlib.suppress(Exception):
+            last.progress = int(p.progress())
+        with contextlib.suppress(Exception):
+            last.lanes_busy = int(p.lanes_busy())
+        with contextlib.suppress(Exception):
+            last.leased = tuple(p.leased())
+
+    async def _sample_device(self, stopping: asyncio.Event) -> None:
+        fn = self.probe.device_stats
+        assert fn is not None
+        while not stopping.is_set():
+            with contextlib.suppress(Exception):
+                self._last.device = await asyncio.to_thread(fn)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 0.5)  # at most 2 Hz
+
+
+class NvmlSampler:
+    """Utilisation and memory of one GPU through NVML (``nvidia-ml-py``); None where there is none."""
+
+    def __init__(self, index: int = 0) -> None:
+        self._handle: Any = None
+        try:
+            import pynvml  # noqa: PLC0415 - optional (warpdeck[cuda])
+
+            pynvml.nvmlInit()
+            self._nvml: Any = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # noqa: BLE001 - no NVML, no driver or no such GPU: no device stats
+            self._handle = None
+
+    @property
+    def available(self) -> bool:
+        return self._handle is not None
+
+    def __call__(self) -> DeviceStats | None:
+        if self._handle is None:
+            return None
+        nv = self._nvml
+        util = nv.nvmlDeviceGetUtilizationRates(self._handle)
+        mem = nv.nvmlDeviceGetMemoryInfo(self._handle)
+        temp = nv.nvmlDeviceGetTemperature(self._handle, nv.NVML_TEMPERATURE_GPU)
+        return DeviceStats(
+            util_pct=float(util.gpu), mem_used_mb=mem.used / 2**20, mem_total_mb=mem.total / 2**20, temp_c=float(temp)
+        )
+
+
+# -- a worker process ---------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """A worker process that only heartbeats over a simulated workload: the tests kill it, freeze
+    it and let it hang, and the heartbeat benchmark runs many of them."""
+    ap = argparse.ArgumentParser(prog="python -m warpdeck.engine.control.heartbeat", description=main.__doc__)
+    ap.add_argument("--broker", required=True, help="mqtt://host:port (or mqtts://)")
+    ap.add_argument("--worker-id", required=True)
+    ap.add_argument("--pipeline", default="demo")
+    ap.add_argument("--interval", type=float, default=0.5, help="seconds between heartbeats")
+    ap.add_argument(
+        "--work",
+        choices=("steady", "stuck", "idle"),
+        default="steady",
+        help="steady: a batch every 50 ms; stuck: a batch that never finishes; idle: nothing leased",
+    )
+    ap.add_argument("--ca-file", default=None)
+    args = ap.parse_args(argv)
+    try:
+        address = parse_broker(args.broker, args.ca_file)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if address is None:
+        ap.error("a worker process needs a broker URL, not 'embedded'")
+    state = {"progress": 0}
+    busy = 0 if args.work == "idle" else 1
+    probe = WorkerProbe(
+        progress=lambda: state["progress"], lanes_busy=lambda: busy, leased=lambda: (state["progress"],) if busy else ()
+    )
+    hb = Heartbeater(
+        address,
+        Topics(args.pipeline),
+        args.worker_id,
+        probe=probe,
+        info=WorkerInfo(device="simulated", lanes=1, version="sim"),
+        interval_s=args.interval,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    hb.start()
+    if hb.connected.wait(10):
+        print(f"ready epoch={hb.epoch}", flush=True)
+    else:
+        print(f"not connected: {hb.last_error}", file=sys.stderr, flush=True)
+    while not done.is_set():
+        # The simulated stage: a batch every 50 ms, or one that never finishes.
+        if done.wait(0.05):
+            break
+        if args.work == "steady":
+            state["progress"] += 1
+    hb.stop("terminated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""The engine's side of the control plane, on a thread and event loop of its own.
+
+It starts the embedded broker (unless given a real one), the engine's own worker heartbeat, and one
+MQTT connection for the engine: retained ``online`` state with an ``offline`` Last Will; worker
+births, heartbeats and deaths into the monitor; signed commands into the engine; telemetry (at most
+4 Hz) and events out.
+
+The decisions this module protects:
+- The engine never waits on the broker: the plane reads the latest immutable snapshot and hands
+  commands and verdicts to the engine's loop with ``call_soon_threadsafe``; a broker that is away
+  only stops telemetry, and the plane reconnects with backoff.
+- Every message is validated once, here, at the socket; a bad one is counted by reason and
+  dropped. A command is verified (HMAC, expiry, replay) before the engine sees it.
+- While the plane is itself disconnected the monitor convicts nobody (it marks workers stale).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiomqtt
+
+from warpdeck.engine.commands import Command, CommandResult
+from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
+from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
+from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
+from warpdeck.engine.control.signing import CommandRefused, Verifier
+from warpdeck.engine.control.telemetry import EventTracker, summarize
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.wire import (
+    Birth,
+    ControlCounters,
+    Death,
+    DropCounter,
+    EngineState,
+    Event,
+    Heartbeat,
+    WireError,
+    decode,
+    encode,
+)
+from warpdeck.engine.snapshot import EngineSnapshot
+
+__all__ = ["ControlPlane", "ControlSettings"]
+
+_log = logging.getLogger(__name__)
+_WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
+_CMD_KINDS = frozenset(("cmd",))
+
+
+@dataclass(slots=True)
+class ControlSettings:
+    """How the engine joins the control plane. ``broker`` None: an embedded broker."""
+
+    broker: BrokerAddress | None = None
+    secret: bytes | None = field(default=None, repr=False)
+    heartbeat_s: float = 0.5
+    telemetry_hz: float = 4.0
+    tick_s: float = 0.05
+    views_hz: float = 4.0
+    will_hold_s: float = 0.15
+    """A Will waits this long before it convicts: a shutting-down broker sends every Will, then drops
+    the monitor too, and a Will followed by our own disconnection convicts nobody."""
+    monitor: MonitorConfig | None = None
+
+
+class ControlPlane:
+    """One engine's MQTT presence. ``start()`` returns at once; the plane connects in the background."""
+
+    def __init__(
+        self,
+        settings: ControlSettings,
+        topics: Topics,
+        *,
+        worker_id: str,
+        worker_info: WorkerInfo,
+        probe: WorkerProbe,
+        latest: Callable[[], EngineSnapshot | None],
+        command: Callable[[Command], Awaitable[CommandResult]],
+        on_verdict: Callable[[Verdict], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.worker_id = worker_id
+        self._worker_info = worker_info
+        self._probe = probe
+        self._latest = latest
+        self._command = command
+        self._on_verdict = on_verdict
+        cfg = settings.monitor or MonitorConfig(interval_s=settings.heartbeat_s)
+        self.monitor = WorkerMonitor(cfg)
+        self.verifier = Verifier(settings.secret)
+        self.dropped = DropCounter()
+        self.refused: Counter[str] = Counter()
+        self.applied = 0
+        self.reconnects = 0
+        self.connected = threading.Event()
+        self.address: BrokerAddress | None = settings.broker
+        self.error = ""
+        #: The monitor's view of every worker, replaced whole after each tick (read from any thread).
+        self.workers: tuple[WorkerStatus, ...] = ()
+        self._heard: dict[str, Heartbeat] = {}
+        self._pending_events: list[Event] = []
+        #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
+        self._wills: dict[str, tuple[int, float]] = {}
+        #: Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``).
+        self.verdicts: deque[Verdict] = deque(maxlen=1000)
+        self._engine_loop: asyncio.AbstractEventLoop | None = None
+        self._broker: EmbeddedBroker | None = None
+        self._heart: Heartbeater | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = time.time()
+
+    # -- lifecycle (engine thread) ------------------------------------------------------------
+    def start(self) -> None:
+        self._engine_loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="warpdeck-control", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Say goodbye (graceful worker death, engine offline) and stop the broker if it is ours."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def quarantine(self, worker_id: str, on: bool) -> None:
+        """Mark ``worker_id`` quarantined (or release it) in the monitor (any thread)."""
+        fn = self.monitor.quarantine if on else self.monitor.release
+        loop = self._loop
+        if loop is None:
+            fn(worker_id)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fn, worker_id)
+
+    def counters(self) -> ControlCounters:
+        return ControlCounters(
+            dropped=self.dropped.counts(),
+            commands_refused=dict(self.refused),
+            commands_applied=self.applied,
+            connected=self.connected.is_set(),
+            reconnects=self.reconnects,
+        )
+
+    # -- the control thread -------------------------------------------------------------------
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = stopping = asyncio.Event()
+        try:
+            if self.address is None:
+                self._broker = EmbeddedBroker()
+                self.address = await asyncio.to_thread(self._broker.start)
+            self._heart = Heartbeater(
+                self.address,
+                self.topics,
+                self.worker_id,
+                probe=self._probe,
+                info=self._worker_info,
+                interval_s=self.settings.heartbeat_s,
+            )
+            self._heart.start()
+            ticker = asyncio.create_task(self._tick_loop(stopping))
+            try:
+                await self._connect_loop(stopping)
+            finally:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+        except Exception as exc:  # noqa: BLE001 - the engine runs on without a control plane
+            self.error = f"{type(exc).__name__}: {exc}"
+            _log.warning("control plane stopped: %s", self.error)
+        finally:
+            if self._heart is not None:
+                await asyncio.to_thread(self._heart.stop)
+            if self._broker is not None:
+                await asyncio.to_thread(self._broker.stop)
+
+    async def _connect_loop(self, stopping: asyncio.Event) -> None:
+        assert self.address is not None
+        offline = encode(
+            EngineState(
+                state="offline",
+                pipeline=self.topics.pipeline,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                started=self._started,
+            )
+        )
+        backoff = 0.1
+        while not stopping.is_set():
+            will = aiomqtt.Will(self.topics.engine_state, offline, qos=1, retain=True)
+            try:
+                async with aiomqtt.Client(
+                    **self.address.client_kwargs(),
+                    will=will,
+                    keepalive=5,
+                    identifier=f"wd-{self.topics.pipeline}-engine"[:128],
+                    clean_session=True,
+                    max_queued_incoming_messages=100_000,
+                ) as client:
+                    await self._serve(client, stopping)
+                    await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
+                    return
+            except aiomqtt.MqttError as exc:
+                self._lost_connection()
+                self.error = str(exc)
+                if stopping.is_set():
+                    return
+                self.reconnects += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+                backoff = min(2.0, backoff * 2)
+
+    async def _serve(self, client: Any, stopping: asyncio.Event) -> None:
+        await client.publish(
+            self.topics.engine_state,
+            encode(
+                EngineState(
+                    state="online",
+                    pipeline=self.topics.pipeline,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    started=self._started,
+                )
+            ),
+            qos=1,
+            retain=True,
+        )
+        await client.subscribe([(self.topics.all_workers, 1), (self.topics.cmd, 1)])
+        self.connected.set()
+        self.error = ""
+        self.monitor.on_connection(True, time.monotonic())
+        publisher = asyncio.create_task(self._publish_loop(client, stopping))
+        reader = asyncio.create_task(self._read_loop(client))
+        stop = asyncio.create_task(stopping.wait())
+        try:
+            done, _ = await asyncio.wait({publisher, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t is not stop and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]  # an MqttError: reconnect
+        finally:
+            for t in (publisher, reader, stop):
+                t.cancel()
+            for t in (publisher, reader, stop):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+    async def _read_loop(self, client: Any) -> None:
+        async for message in client.messages:
+            try:
+                await self._on_message(client, message)
+            except aiomqtt.MqttError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad message never stops the plane
+                self.dropped.drop("error", f"{type(exc).__name__}: {exc}")
+                _log.warning("control plane: message on %s dropped: %r", message.topic, exc)
+
+    async def _on_message(self, client: Any, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        payload = message.payload if isinstance(message.payload, bytes | bytearray) else b""
+        if topic == self.topics.cmd:
+            await self._on_command(client, payload)
+            return
+        parsed = self.topics.parse_worker(topic)
+        if parsed is None:  # amqtt also hands out retained messages of topics we did not ask for
+            self.dropped.drop("wrong_topic", topic)
+            return
+        wid, which = parsed
+        if not payload and message.retain:  # a cleared retained message: nothing to learn
+            return
+        try:
+            msg = decode(payload, _WORKER_KINDS[which])
+        except WireError as exc:
+            self.dropped.drop(exc)
+            return
+        self._on_worker(wid, msg, retained=bool(message.retain))
+
+    def _on_worker(self, wid: str, msg: object, *, retained: bool = False) -> None:
+        now = time.monotonic()
+        if getattr(msg, "worker", wid) != wid:
+            self.dropped.drop("wrong_topic", f"worker {getattr(msg, 'worker', '')!r} on {wid!r}'s topic")
+            return
+        if isinstance(msg, Heartbeat):
+            self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
+            self._heard[wid] = msg
+        elif isinstance(msg, Birth):
+            self._wills.pop(wid, None)
+            self.monitor.on_birth(wid, msg.epoch, now, info=msg.model_dump(exclude={"kind", "v", "worker", "epoch"}),
+                                  interval_s=msg.interval_s)
+        elif isinstance(msg, Death):
+            if msg.graceful or retained:
+                self.monitor.on_death(wid, msg.epoch, now, graceful=msg.graceful)
+            else:
+                # A broker that shuts down sends every client's Will (Mosquitto does) just before it
+                # drops us: hold a Will briefly and drop it if our own connection goes too.
+                self._wills[wid] = (msg.epoch, now)
+
+    async def _on_command(self, client: Any, payload: bytes | bytearray) -> None:
+        try:
+            cmd = self.verifier.verify(bytes(payload))
+        except CommandRefused as exc:
+            self.refused[exc.reason] += 1
+            await self._event(client, Event(what="command_refused", reason=str(exc)[:4096], t=time.time()))
+            return
+        assert self._engine_loop is not None
+        fut: Future[CommandResult] = asyncio.run_coroutine_threadsafe(self._run_command(cmd), self._engine_loop)
+        try:
+            result = await asyncio.wrap_future(fut)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the plane
+            await self._event(
+                client, Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time())
+            )
+            return
+        self.applied += 1
+        await self._event(
+            client,
+            Event(
+                what="command_applied" if result.ok else "command_refused",
+                subject=cmd.kind,
+                reason=result.message[:4096],
+                t=time.time(),
+            ),
+        )
+
+    async def _run_command(self, cmd: Command) -> CommandResult:
+        return await self._command(cmd)
+
+    async def _event(self, client: Any, ev: Event) -> None:
+        with contextlib.suppress(Exception):
+            await client.publish(self.topics.events, encode(ev), qos=1)
+
+    async def _publish_loop(self, client: Any, stopping: asyncio.Event) -> None:
+        period = 1.0 / self.settings.telemetry_hz
+        tracker = EventTracker()
+        since, seq = 0.0, -1
+        while not stopping.is_set():
+            snap = self._latest()
+            if snap is not None and snap.seq != seq:
+                seq = snap.seq
+                tel = summarize(snap, since, self.counters())
+                if tel.timeline:
+                    since = max(r.end for r in tel.timeline)
+                await client.publish(self.topics.telemetry, encode(tel), qos=0)
+                for ev in tracker.events(snap):
+                    await client.publish(self.topics.events, encode(ev), qos=1)
+            for ev in self._pending_events:
+                await client.publish(self.topics.events, encode(ev), qos=1)
+            self._pending_events.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), period)
+
+    def _lost_connection(self) -> None:
+        if self.connected.is_set():
+            self.monitor.on_connection(False, time.monotonic())
+        self.connected.clear()
+        self._wills.clear()
+
+    def _release_wills(self, now: float) -> None:
+        hold = self.settings.will_hold_s
+        for wid, (epoch, heard) in list(self._wills.items()):
+            if now - heard >= hold:
+                del self._wills[wid]
+                self.monitor.on_death(wid, epoch, now, graceful=False)
+
+    async def _tick_loop(self, stopping: asyncio.Event) -> None:
+        views_every = 1.0 / self.settings.views_hz
+        views_at = 0.0
+        while not stopping.is_set():
+            now = time.monotonic()
+            if self.connected.is_set():
+                self._release_wills(now)
+            verdicts = self.monitor.tick(now)
+            for verdict in verdicts:
+                self.verdicts.append(verdict)
+                self._pending_events.append(_verdict_event(verdict))
+                if self._on_verdict is not None and self._engine_loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the engine's loop has ended
+                        self._engine_loop.call_soon_threadsafe(self._on_verdict, verdict)
+            # views() copies every worker: at most views_hz, and at once when something changed.
+            if verdicts or now - views_at >= views_every:
+                self.workers = tuple(self.monitor.views(now))
+                views_at = now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.settings.tick_s)
+
+    def heard(self) -> dict[str, Heartbeat]:
+        """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
+        for _ in range(3):
+            with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
+                return dict(self._heard)
+        return {}
+
+
+def _verdict_event(v: Verdict) -> Event:
+    what = {"dead": "worker_lost", "hung": "worker_hung"}.get(v.kind, "worker_recovered")
+    return Event(what=what, subject=v.worker_id, reason=v.reason[:4096], t=time.time())

@@ -1,0 +1,135 @@
+"""Signed commands: HMAC-SHA256 over the timestamp, a nonce and the command's exact JSON text.
+
+The decisions this module protects:
+- The secret comes from a file or the environment (``WARPDECK_SECRET``), never from the command line
+  (it would show in ``ps``) and never on the wire.
+- A command is refused, with a reason that is counted, when it is unsigned, badly signed, outside
+  the clock-skew window (``expired``), a replay of a nonce seen within that window, or not a
+  command. Nonces are remembered only as long as the window, so the cache stays small.
+- Signatures are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections import deque
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from warpdeck.engine.commands import COMMAND_ADAPTER, Command
+from warpdeck.engine.control.wire import SignedCommand, WireError, decode, encode
+
+__all__ = ["SECRET_ENV", "CommandRefused", "Signer", "Verifier", "load_secret"]
+
+SECRET_ENV = "WARPDECK_SECRET"
+#: Shortest secret accepted, in bytes: HMAC-SHA256 wants at least 128 bits of key.
+MIN_SECRET_BYTES = 16
+
+
+class CommandRefused(Exception):
+    """A command that will not run; ``reason`` is one of unsigned, bad_signature, expired,
+    replayed, invalid, no_secret (this engine was started without a secret)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def load_secret(path: Path | str | None = None, *, env: dict[str, str] | None = None) -> bytes | None:
+    """The shared command secret: the file's contents (whitespace trimmed) if ``path`` is given,
+    else ``$WARPDECK_SECRET``, else None (commands over MQTT are then refused)."""
+    if path is not None:
+        p = Path(path)
+        try:
+            raw = p.read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"secret file {p}: {exc.strerror or exc}") from None
+        where = f"secret file {p}"
+    else:
+        value = (os.environ if env is None else env).get(SECRET_ENV)
+        if value is None:
+            return None
+        raw, where = value.strip().encode(), f"${SECRET_ENV}"
+    if len(raw) < MIN_SECRET_BYTES:
+        raise ValueError(f"{where} holds {len(raw)} bytes; a command secret needs at least {MIN_SECRET_BYTES}")
+    return raw
+
+
+def _mac(secret: bytes, ts: float, nonce: str, body: str) -> str:
+    return hmac.new(secret, f"{ts!r}\n{nonce}\n{body}".encode(), hashlib.sha256).hexdigest()
+
+
+class Signer:
+    """Signs commands for the wire (the control room's side)."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def sign(self, cmd: Command, now: float | None = None) -> SignedCommand:
+        ts = time.time() if now is None else now
+        nonce = secrets.token_hex(16)
+        body = COMMAND_ADAPTER.dump_json(cmd).decode()
+        return SignedCommand(ts=ts, nonce=nonce, body=body, sig=_mac(self._secret, ts, nonce, body))
+
+    def payload(self, cmd: Command, now: float | None = None) -> bytes:
+        return encode(self.sign(cmd, now))
+
+
+class Verifier:
+    """Checks signed commands (the engine's side). Not thread-safe: one consumer."""
+
+    def __init__(self, secret: bytes | None, max_skew_s: float = 30.0) -> None:
+        self._secret = secret
+        self.max_skew_s = max_skew_s
+        self._seen: set[str] = set()
+        self._order: deque[tuple[float, str]] = deque()
+
+    def verify(self, payload: bytes | SignedCommand, now: float | None = None) -> Command:
+        """The command, or ``CommandRefused`` with the reason."""
+        t = time.time() if now is None else now
+        if isinstance(payload, SignedCommand):
+            msg = payload
+        else:
+            try:
+                decoded = decode(payload, frozenset(("cmd",)))
+            except WireError as exc:
+                # A bare command without signature fields is "unsigned"; anything else is invalid.
+                raise CommandRefused("unsigned" if _looks_unsigned(payload) else "invalid", exc.detail) from None
+            assert isinstance(decoded, SignedCommand)
+            msg = decoded
+        if self._secret is None:
+            raise CommandRefused("no_secret", "this engine has no command secret, so it accepts no remote commands")
+        if not hmac.compare_digest(_mac(self._secret, msg.ts, msg.nonce, msg.body), msg.sig):
+            raise CommandRefused("bad_signature", "the signature does not match")
+        if abs(t - msg.ts) > self.max_skew_s:
+            raise CommandRefused("expired", f"signed {t - msg.ts:+.1f} s from now (window ±{self.max_skew_s:g} s)")
+        self._forget(t)
+        if msg.nonce in self._seen:
+            raise CommandRefused("replayed", f"nonce {msg.nonce[:8]}… already used")
+        try:
+            cmd = COMMAND_ADAPTER.validate_json(msg.body)
+        except ValidationError as exc:
+            raise CommandRefused("invalid", f"not a command: {exc.errors()[0]['msg']}") from None
+        self._seen.add(msg.nonce)
+        self._order.append((msg.ts, msg.nonce))
+        return cmd
+
+    def _forget(self, now: float) -> None:
+        # A nonce older than the window can never verify again (it is expired), so drop it.
+        order = self._order
+        while order and order[0][0] < now - self.max_skew_s:
+            self._seen.discard(order.popleft()[1])
+
+
+def _looks_unsigned(payload: bytes) -> bool:
+    try:
+        obj = json.loads(payload)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "sig" not in obj

@@ -1,0 +1,101 @@
+"""Snapshot → telemetry, and the events a stream of snapshots implies.
+
+Telemetry carries what an attached control room needs to draw every screen: counts, figures, lanes,
+feeder, workers, stalled tasks, failures, the batch records finished since the last message, and a
+sample of keys per board column (the whole task table of a million tasks stays at home).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from warpdeck.engine.control.wire import ControlCounters, Event, Telemetry
+from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.tasks import Phase, State
+
+__all__ = ["COLUMN_SAMPLE", "EventTracker", "summarize"]
+
+#: Keys sent per board column: more than any terminal shows at once.
+COLUMN_SAMPLE = 200
+_STALLED_SAMPLE = 500
+_FAILURES_SAMPLE = 200
+_FAILED_MEMORY = 100_000
+
+
+def _columns(snap: EngineSnapshot) -> dict[str, tuple[str, ...]]:
+    tv = snap.tasks
+    n = len(tv)
+    if n == 0:
+        return {}
+    state, phase, stall = tv.state[:n], tv.phase[:n], tv.stall[:n]
+    masks = {"queued": (state == State.QUEUED) & (stall == 0)}
+    for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK):
+        masks[p.name.lower()] = (state == State.RUNNING) & (phase == p) & (stall == 0)
+    masks["stalled"] = (stall != 0) & (state <= State.RUNNING)
+    masks["done"] = state == State.DONE
+    masks["failed"] = state >= State.FAILED
+    out: dict[str, tuple[str, ...]] = {}
+    for name, mask in masks.items():
+        rows = np.flatnonzero(mask)
+        # Finished columns show the newest; live ones the oldest (the head of the queue).
+        pick = rows[-COLUMN_SAMPLE:] if name in ("done", "failed") else rows[:COLUMN_SAMPLE]
+        out[name] = tuple(tv.keys[r] for r in pick.tolist())
+    return out
+
+
+def summarize(snap: EngineSnapshot, since: float, control: ControlCounters) -> Telemetry:
+    """Telemetry for ``snap``; ``since`` is the perf_counter time of the previous message's newest
+    batch record (only newer records are sent)."""
+    records = tuple(r for r in snap.timeline if r.end > since)[-4096:]
+    return Telemetry(
+        seq=snap.seq,
+        t=snap.t,
+        pipeline=snap.pipeline,
+        status=snap.status,
+        backend=snap.backend,
+        backend_reason=snap.backend_reason[:4096],
+        device=snap.device,
+        counts=snap.counts,
+        figures=snap.figures,
+        lanes=snap.lanes,
+        feeder=snap.feeder,
+        workers=snap.workers,
+        stalled=snap.stalled[:_STALLED_SAMPLE],
+        failures=snap.failures[-_FAILURES_SAMPLE:],
+        timeline=records,
+        columns=_columns(snap),
+        control=control,
+    )
+
+
+@dataclass(slots=True)
+class EventTracker:
+    """Turns successive snapshots into events: a task failed, a stall began or ended."""
+
+    _failed: set[tuple[str, int]] = field(default_factory=set)
+    _stalled: dict[str, str] = field(default_factory=dict)
+
+    def events(self, snap: EngineSnapshot) -> list[Event]:
+        now = time.time()
+        out: list[Event] = []
+        for f in snap.failures:
+            k = (f.key, f.attempt)
+            if k not in self._failed:
+                self._failed.add(k)
+                out.append(Event(what="task_failed", subject=f.key[:4096], reason=f.reason[:4096], t=now))
+        stalled = {s.key: s.reason for s in snap.stalled}
+        for key, reason in stalled.items():
+            if self._stalled.get(key) != reason:
+                out.append(Event(what="stall_began", subject=key[:4096], reason=reason, t=now))
+        out.extend(
+            Event(what="stall_ended", subject=key[:4096], reason=reason, t=now)
+            for key, reason in self._stalled.items()
+            if key not in stalled
+        )
+        self._stalled = stalled
+        if len(self._failed) > _FAILED_MEMORY:  # the snapshot keeps the last 200 failures; forget old ones
+            self._failed = {(f.key, f.attempt) for f in snap.failures}
+        return out

@@ -1,0 +1,86 @@
+"""Every MQTT topic string of a pipeline, built here and nowhere else (DESIGN.md section 5).
+
+```
+warpdeck/<pipeline>/engine/state          retained; Last Will "offline"
+warpdeck/<pipeline>/worker/<id>/birth     retained; epoch, host, pid, device, lanes, version
+warpdeck/<pipeline>/worker/<id>/hb        seq, epoch, progress, lanes busy, leases, device stats
+warpdeck/<pipeline>/worker/<id>/death     Last Will and graceful; carries the epoch
+warpdeck/<pipeline>/telemetry             snapshot summary, at most 4 Hz
+warpdeck/<pipeline>/events                task failed, worker lost, stall began or ended
+warpdeck/<pipeline>/cmd                   commands, HMAC-SHA256 signed
+```
+
+Names are checked, so that a pipeline or worker id can never smuggle a ``/``, ``+`` or ``#`` into a
+topic and subscribe to, or publish on, another pipeline's tree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ROOT", "Topics", "WorkerTopic", "check_name"]
+
+ROOT = "warpdeck"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+WorkerTopic = Literal["birth", "hb", "death"]
+_WORKER_TOPICS: frozenset[str] = frozenset(("birth", "hb", "death"))
+
+
+def check_name(what: str, name: str) -> str:
+    """Return ``name`` if it is usable as one topic level; raise ``ValueError`` naming ``what``."""
+    if not _NAME.match(name):
+        raise ValueError(
+            f"{what} {name!r} cannot be an MQTT topic level: use letters, digits and _ . : - "
+            "(at most 128, starting with a letter or digit)"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The topic tree of one pipeline."""
+
+    pipeline: str
+
+    def __post_init__(self) -> None:
+        check_name("pipeline name", self.pipeline)
+
+    @property
+    def base(self) -> str:
+        return f"{ROOT}/{self.pipeline}"
+
+    @property
+    def engine_state(self) -> str:
+        return f"{self.base}/engine/state"
+
+    @property
+    def telemetry(self) -> str:
+        return f"{self.base}/telemetry"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}/events"
+
+    @property
+    def cmd(self) -> str:
+        return f"{self.base}/cmd"
+
+    @property
+    def all_workers(self) -> str:
+        """Subscription filter for every worker's birth, heartbeat and death."""
+        return f"{self.base}/worker/+/+"
+
+    def worker(self, worker_id: str, which: WorkerTopic) -> str:
+        return f"{self.base}/worker/{check_name('worker id', worker_id)}/{which}"
+
+    def parse_worker(self, topic: str) -> tuple[str, WorkerTopic] | None:
+        """``(worker id, "birth" | "hb" | "death")`` for one of this pipeline's worker topics."""
+        prefix = f"{self.base}/worker/"
+        if not topic.startswith(prefix):
+            return None
+        wid, sep, which = topic[len(prefix) :].partition("/")
+        if not sep or which not in _WORKER_TOPICS or not _NAME.match(wid):
+            return None
+        return wid, which  # type: ignore[return-value]  # checked against _WORKER_TOPICS

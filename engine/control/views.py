@@ -1,0 +1,89 @@
+"""Worker rows for the snapshot: the engine's own worker merged with what the monitor heard.
+
+The local worker's lanes, progress and task counts come from the engine itself (exact, no
+broker needed); its state, heartbeat age and phi come from the monitor once its heartbeats are
+heard, so the control room shows the same liveness for every worker, local or remote.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+from warpdeck.engine.control.monitor import WorkerStatus
+from warpdeck.engine.snapshot import WorkerView
+
+__all__ = ["local_worker_id", "merge_workers"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]+")
+
+
+def local_worker_id(host: str, device: str) -> str:
+    """``host.device`` made safe as an MQTT topic level (``gpu-node-3.cuda0``)."""
+    raw = f"{host}.{device}".strip(".")
+    slug = _UNSAFE.sub("-", raw).strip("-") or "worker"
+    if not slug[0].isalnum():
+        slug = f"w{slug}"
+    return slug[:128]
+
+
+def _int(info: Mapping[str, object], key: str) -> int:
+    v = info.get(key)
+    return int(v) if isinstance(v, int | float) else 0
+
+
+def _str(info: Mapping[str, object], key: str) -> str:
+    v = info.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def merge_workers(
+    local: WorkerView,
+    heard: Collection[WorkerStatus],
+    quarantined: Collection[str],
+    lanes_busy: Mapping[str, int] | None = None,
+) -> tuple[WorkerView, ...]:
+    """The local worker first, then every other worker the monitor knows, by id."""
+    busy = lanes_busy or {}
+    rows = [local]
+    for st in sorted(heard, key=lambda s: s.worker_id):
+        state = "quarantined" if st.worker_id in quarantined else str(st.state)
+        if st.worker_id == local.id:
+            rows[0] = WorkerView(
+                id=local.id,
+                state="quarantined" if local.state == "quarantined" else state,
+                host=local.host,
+                pid=local.pid,
+                device=local.device,
+                epoch=st.epoch,
+                lanes=local.lanes,
+                lanes_busy=local.lanes_busy,
+                progress=local.progress,
+                tasks_done=local.tasks_done,
+                tasks_failed=local.tasks_failed,
+                heartbeat_age_s=st.heartbeat_age_s,
+                phi=st.phi,
+                util_pct=local.util_pct,
+                mem_used_mb=local.mem_used_mb,
+                mem_total_mb=local.mem_total_mb,
+            )
+            continue
+        info = st.info
+        rows.append(
+            WorkerView(
+                id=st.worker_id,
+                state=state,
+                host=_str(info, "host"),
+                pid=_int(info, "pid"),
+                device=_str(info, "device"),
+                epoch=st.epoch,
+                lanes=_int(info, "lanes"),
+                lanes_busy=busy.get(st.worker_id, int(st.busy)),
+                progress=st.progress or 0,
+                tasks_done=0,
+                tasks_failed=0,
+                heartbeat_age_s=st.heartbeat_age_s,
+                phi=st.phi,
+            )
+        )
+    return tuple(rows)

@@ -1,0 +1,267 @@
+"""Every payload on the control plane: one ``kind``-tagged union of pydantic models, with a schema
+version, validated once at the socket.
+
+The decision this module protects: nothing from the broker reaches the engine or the monitor
+unvalidated. ``decode`` turns bytes into a model or raises ``WireError`` with a short reason
+(``oversized``, ``malformed``, ``invalid``, ``unknown_kind``, ``wrong_kind``, ``version``);
+``DropCounter`` counts them per reason so that the snapshot shows them and nothing raises into the
+engine. Timestamps on the wire are Unix seconds (``time.time()``); nothing compares them across
+machines except the command signature's expiry, which allows for clock skew.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.metrics import Figures
+from warpdeck.engine.snapshot import Counts, FeederView, LaneView, StalledTask, TaskFailure, WorkerView
+
+__all__ = [
+    "MAX_BYTES",
+    "PAYLOAD_ADAPTER",
+    "SCHEMA_VERSION",
+    "Birth",
+    "ControlCounters",
+    "Death",
+    "DeviceStats",
+    "DropCounter",
+    "EngineState",
+    "Event",
+    "Heartbeat",
+    "Payload",
+    "SignedCommand",
+    "Telemetry",
+    "WireError",
+    "decode",
+    "encode",
+]
+
+SCHEMA_VERSION: Final = 1
+#: Largest payload accepted per kind; anything bigger is dropped before it is parsed.
+MAX_BYTES: Final[dict[str, int]] = {
+    "birth": 8 * 1024,
+    "hb": 64 * 1024,
+    "death": 8 * 1024,
+    "engine_state": 8 * 1024,
+    "event": 16 * 1024,
+    "cmd": 16 * 1024,
+    "telemetry": 4 * 1024 * 1024,
+}
+_LARGEST = max(MAX_BYTES.values())
+_Id = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
+_Text = Annotated[str, Field(max_length=4096)]
+
+
+class _Wire(BaseModel):
+    # Figures may be infinite (an Amdahl ceiling with no serial part): JSON's Infinity, as Python writes it.
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+    v: Literal[1] = SCHEMA_VERSION
+
+
+class DeviceStats(BaseModel):
+    """One device's load, sampled by the worker (NVML) at most twice a second."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    util_pct: float = Field(ge=0, le=100)
+    mem_used_mb: float = Field(ge=0)
+    mem_total_mb: float = Field(ge=0)
+    temp_c: float | None = None
+
+
+class Birth(_Wire):
+    """A worker (re)connected. Retained, so a monitor that starts later still learns of it. The
+    epoch is new on every connection and grows: it fences the worker's older selves."""
+
+    kind: Literal["birth"] = "birth"
+    worker: _Id
+    epoch: int = Field(ge=0)
+    host: _Text = ""
+    pid: int = Field(ge=0, default=0)
+    device: _Text = ""
+    lanes: int = Field(ge=0, default=0)
+    version: _Text = ""
+    interval_s: float = Field(gt=0, le=60, default=0.5)
+    """The heartbeat interval the worker promises."""
+
+
+class Heartbeat(_Wire):
+    """Sent every ``interval_s`` from a path the worker's computation cannot block."""
+
+    kind: Literal["hb"] = "hb"
+    worker: _Id
+    epoch: int = Field(ge=0)
+    seq: int = Field(ge=0, le=255)
+    """Wraps at 256: the monitor counts gaps."""
+    progress: int = Field(ge=0)
+    """Batches the worker has finished; frozen progress with work leased means a stuck worker."""
+    lanes_busy: int = Field(ge=0, default=0)
+    leased: tuple[int, ...] = Field(default=(), max_length=4096)
+    """Ids of the batches the worker holds."""
+    device: DeviceStats | None = None
+
+
+class Death(_Wire):
+    """A worker's end: its Last Will (``graceful`` false) or its own goodbye."""
+
+    kind: Literal["death"] = "death"
+    worker: _Id
+    epoch: int = Field(ge=0)
+    graceful: bool = False
+    reason: _Text = ""
+
+
+class EngineState(_Wire):
+    """The engine's liveness, retained; its Last Will says ``offline``."""
+
+    kind: Literal["engine_state"] = "engine_state"
+    state: Literal["online", "offline"]
+    pipeline: _Id
+    host: _Text = ""
+    pid: int = Field(ge=0, default=0)
+    started: float = 0.0
+
+
+class Event(_Wire):
+    """Something an operator wants to hear about at once."""
+
+    kind: Literal["event"] = "event"
+    what: Literal[
+        "task_failed",
+        "worker_lost",
+        "worker_hung",
+        "worker_recovered",
+        "stall_began",
+        "stall_ended",
+        "command_applied",
+        "command_refused",
+    ]
+    subject: _Text = ""
+    reason: _Text = ""
+    t: float = 0.0
+
+
+class ControlCounters(BaseModel):
+    """What the control plane refused or dropped, by reason."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dropped: dict[str, int] = {}
+    commands_refused: dict[str, int] = {}
+    commands_applied: int = 0
+    connected: bool = False
+    reconnects: int = 0
+
+
+class Telemetry(_Wire):
+    """A snapshot summary: enough for an attached control room to draw every screen. Task lists
+    are samples (``columns``: at most a few hundred keys per board column), not the whole table."""
+
+    kind: Literal["telemetry"] = "telemetry"
+    seq: int = Field(ge=0)
+    t: float
+    pipeline: _Id
+    status: _Text
+    backend: _Text
+    backend_reason: _Text = ""
+    device: _Text = ""
+    counts: Counts
+    figures: Figures
+    lanes: tuple[LaneView, ...] = ()
+    feeder: FeederView
+    workers: tuple[WorkerView, ...] = ()
+    stalled: tuple[StalledTask, ...] = Field(default=(), max_length=1000)
+    failures: tuple[TaskFailure, ...] = Field(default=(), max_length=1000)
+    timeline: tuple[BatchRecord, ...] = Field(default=(), max_length=4096)
+    """Batch records finished since the previous telemetry message."""
+    columns: dict[str, tuple[str, ...]] = {}
+    control: ControlCounters = ControlCounters()
+
+
+class SignedCommand(_Wire):
+    """An operator command. ``body`` is the command's JSON text exactly as signed: the signature
+    covers ``f"{ts!r}\\n{nonce}\\n{body}"`` (HMAC-SHA256, hex), so no re-serialisation can break it."""
+
+    kind: Literal["cmd"] = "cmd"
+    ts: float
+    nonce: Annotated[str, Field(min_length=16, max_length=64, pattern=r"^[0-9a-f]+$")]
+    body: Annotated[str, Field(max_length=8192)]
+    sig: Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]+$")]
+
+
+Payload = Annotated[
+    Birth | Heartbeat | Death | EngineState | Event | Telemetry | SignedCommand, Field(discriminator="kind")
+]
+PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
+_KINDS = frozenset(MAX_BYTES)
+
+
+class WireError(ValueError):
+    """A payload that is not one of ours; ``reason`` is the counter it goes to."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def encode(msg: BaseModel) -> bytes:
+    """The bytes of ``msg`` on the wire (compact JSON)."""
+    return msg.model_dump_json().encode()
+
+
+def decode(payload: bytes | bytearray | str, expect: frozenset[str] | None = None) -> Payload:
+    """Validate ``payload`` as one of the wire models; ``expect`` names the kinds the topic may carry.
+
+    Raises ``WireError`` with the reason to count."""
+    raw = payload.encode() if isinstance(payload, str) else bytes(payload)
+    limit = _LARGEST if expect is None else max(MAX_BYTES[k] for k in expect)
+    if len(raw) > limit:
+        raise WireError("oversized", f"{len(raw)} bytes (at most {limit})")
+    try:
+        obj: Any = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise WireError("malformed", f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise WireError("malformed", f"a JSON {type(obj).__name__}, not an object")
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise WireError("unknown_kind", f"kind {kind!r}")
+    if expect is not None and kind not in expect:
+        raise WireError("wrong_kind", f"{kind!r} on a topic for {sorted(expect)}")
+    if len(raw) > MAX_BYTES[kind]:
+        raise WireError("oversized", f"{len(raw)} bytes for {kind} (at most {MAX_BYTES[kind]})")
+    if obj.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise WireError("version", f"schema version {obj.get('v')!r}, this build speaks {SCHEMA_VERSION}")
+    try:
+        return PAYLOAD_ADAPTER.validate_python(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in first["loc"][1:])  # [0] is the union's tag
+        raise WireError("invalid", f"{kind}: {where}: {first['msg']}") from None
+
+
+class DropCounter:
+    """Counts dropped messages by reason; cheap to read from another thread (a copy is returned)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self.last: str = ""
+
+    def drop(self, err: WireError | str, detail: str = "") -> None:
+        reason = err.reason if isinstance(err, WireError) else err
+        self._counts[reason] += 1
+        self.last = str(err) if isinstance(err, WireError) else f"{reason}: {detail}"
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self._counts.values())

@@ -1,0 +1,55 @@
+"""Broker URLs and topic names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.views import local_worker_id
+
+
+def test_broker_urls() -> None:
+    assert parse_broker("embedded") is None
+    a = parse_broker("mqtt://ops:p%40ss@broker.lan:1884")
+    assert a == BrokerAddress("broker.lan", 1884, "ops", "p@ss")
+    assert "p@ss" not in repr(a) and "p@ss" not in a.url
+    assert parse_broker("mqtt://h").port == 1883  # type: ignore[union-attr]
+    assert parse_broker("mqtts://h").port == 8883  # type: ignore[union-attr]
+
+
+def test_a_tls_broker_takes_a_ca_file(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    a = parse_broker("mqtts://h:8883", ca)
+    assert a is not None and a.tls and a.ca_file == ca
+    assert "tls_params" in a.client_kwargs()
+    with pytest.raises(ValueError, match="no such file"):
+        parse_broker("mqtts://h", tmp_path / "missing.pem")
+
+
+@pytest.mark.parametrize("url", ["http://h", "mqtt://", "mqtt://h:99999", "mqtt://h/path", "h:1883"])
+def test_bad_broker_urls_say_what_is_wrong(url: str) -> None:
+    with pytest.raises(ValueError, match="--broker"):
+        parse_broker(url)
+
+
+def test_topics_are_built_and_parsed_in_one_place() -> None:
+    t = Topics("demo")
+    assert t.worker("w1", "hb") == "warpdeck/demo/worker/w1/hb"
+    assert t.parse_worker("warpdeck/demo/worker/w1/death") == ("w1", "death")
+    assert t.parse_worker("warpdeck/other/worker/w1/hb") is None
+    assert t.parse_worker("warpdeck/demo/worker/w1/hb/x") is None
+    assert t.parse_worker("warpdeck/demo/worker/w1/gossip") is None
+    for bad in ("a/b", "+", "#", "", "-x"):
+        with pytest.raises(ValueError):
+            t.worker(bad, "hb")
+    with pytest.raises(ValueError):
+        Topics("a/#")
+
+
+def test_the_local_worker_id_is_a_topic_level() -> None:
+    wid = local_worker_id("gpu node/3", "NVIDIA H100 80GB HBM3 #0")
+    assert Topics("p").worker(wid, "hb")

@@ -1,0 +1,99 @@
+"""The wire: every payload round-trips; anything else is refused with a reason, never another error."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warpdeck.engine.control.wire import (
+    Birth,
+    Death,
+    DeviceStats,
+    DropCounter,
+    EngineState,
+    Event,
+    Heartbeat,
+    WireError,
+    decode,
+    encode,
+)
+
+SAMPLES = [
+    Birth(worker="gpu-3.cuda0", epoch=17, host="gpu-3", pid=42, device="NVIDIA H100", lanes=2, version="0.1"),
+    Heartbeat(worker="w1", epoch=17, seq=255, progress=1234, lanes_busy=2, leased=(7, 8),
+              device=DeviceStats(util_pct=97.5, mem_used_mb=1000, mem_total_mb=80_000, temp_c=61)),
+    Death(worker="w1", epoch=17, graceful=True, reason="shutdown"),
+    EngineState(state="online", pipeline="p", host="h", pid=1, started=1.5),
+    Event(what="worker_lost", subject="w1", reason="will", t=2.0),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.kind)
+def test_every_payload_round_trips(msg: object) -> None:
+    assert decode(encode(msg)) == msg  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("payload", "reason"), [
+    (b"\xff\xfe", "malformed"),
+    (b"[1, 2]", "malformed"),
+    (b'{"kind": "gossip"}', "unknown_kind"),
+    (b'{"kind": ["hb"]}', "unknown_kind"),
+    (b'{"kind": "hb", "v": 2, "worker": "w", "epoch": 1, "seq": 0, "progress": 0}', "version"),
+    (b'{"kind": "hb", "worker": "w", "epoch": 1, "seq": 256, "progress": 0}', "invalid"),
+    (b'{"kind": "hb", "worker": "a/b", "epoch": 1, "seq": 0, "progress": 0}', "invalid"),
+    (b'{"kind": "hb", "worker": "w", "epoch": 1, "seq": 0, "progress": 0, "extra": 1}', "invalid"),
+    (b'{"kind": "birth", "pad": "' + b"x" * 70_000 + b'"}', "oversized"),
+    (b"[" * 100_000, "malformed"),
+])
+def test_bad_payloads_are_refused_with_their_reason(payload: bytes, reason: str) -> None:
+    with pytest.raises(WireError) as info:
+        decode(payload)
+    assert info.value.reason == reason
+
+
+def test_a_payload_on_the_wrong_topic_is_refused() -> None:
+    with pytest.raises(WireError, match="wrong_kind"):
+        decode(encode(SAMPLES[0]), frozenset(("hb",)))
+
+
+def test_invalid_names_the_field() -> None:
+    with pytest.raises(WireError, match=r"hb: seq: "):
+        decode(b'{"kind": "hb", "worker": "w", "epoch": 1, "seq": -1, "progress": 0}')
+
+
+def test_drop_counter_counts_by_reason() -> None:
+    c = DropCounter()
+    for p in (b"x", b"{}", b"x"):
+        try:
+            decode(p)
+        except WireError as exc:
+            c.drop(exc)
+    assert c.counts() == {"malformed": 2, "unknown_kind": 1} and c.total == 3
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=8), kids, max_size=5),
+    max_leaves=20)
+_kinds = st.sampled_from(["hb", "birth", "death", "cmd", "telemetry", "event", "engine_state", "x"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(kind=_kinds, fields=st.dictionaries(
+    st.sampled_from(["v", "worker", "epoch", "seq", "progress", "leased", "device", "ts", "nonce", "body", "sig",
+                     "state", "pipeline", "what", "counts"]), _json, max_size=8))
+def test_fuzzed_objects_never_raise_anything_but_a_wire_error(kind: str, fields: dict[str, object]) -> None:
+    raw = json.dumps({"kind": kind, **fields}).encode()
+    with contextlib.suppress(WireError):
+        decode(raw)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=512))
+def test_fuzzed_bytes_never_raise_anything_but_a_wire_error(raw: bytes) -> None:
+    with contextlib.suppress(WireError):
+        decode(raw)
