@@ -116,7 +116,7 @@ def test_cancelling_a_running_engine_ends_every_lane_thread(after_done: int) -> 
         async with Engine(s, backend=None, source=SleepySource(100_000, fill_s=0.001),
                           sink=RecordingSink(sleep_s=0.003)) as eng:
             run = asyncio.ensure_future(eng.wait())
-            while eng.snapshot().counts.done < after_done:
+            while eng.snapshot().counts.done < after_done:  # noqa: ASYNC110 - polls the engine's counts
                 await asyncio.sleep(0.005)
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
