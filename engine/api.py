@@ -17,12 +17,17 @@ from warpdeck.engine.commands import (
     CommandResult,
     Drain,
     Pause,
+    Quarantine,
+    Release,
     RequeueStalled,
     Resume,
     RetryFailed,
     SetDepth,
 )
 from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.plane import ControlSettings
+from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.journal import RunDirError, SpecMismatch
 from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
@@ -50,9 +55,11 @@ __all__ = [
     "Backend",
     "BackendError",
     "BatchRecord",
+    "BrokerAddress",
     "Cancel",
     "Command",
     "CommandResult",
+    "ControlSettings",
     "Counts",
     "Drain",
     "Engine",
@@ -64,6 +71,8 @@ __all__ = [
     "Pause",
     "Phase",
     "PipelineSpec",
+    "Quarantine",
+    "Release",
     "RequeueStalled",
     "Resume",
     "RetryFailed",
@@ -85,7 +94,9 @@ __all__ = [
     "TaskFailure",
     "TaskView",
     "WorkerView",
+    "load_secret",
     "load_spec",
+    "parse_broker",
     "parse_spec",
     "run_pipeline",
     "select_backend",

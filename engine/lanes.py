@@ -114,6 +114,10 @@ class LaneHost(Protocol):
 
     def on_started(self, batch: Batch) -> None: ...
 
+    def fenced(self, batch: Batch) -> bool:
+        """True when ``batch`` was taken back from its worker: its result must not be written."""
+        ...
+
     def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
         """Fail the tasks whose input could not be loaded; returns the batch of the rest."""
         ...
@@ -458,7 +462,8 @@ class Lane:
                     self.host.on_phase(item.batch, next_phase)
                     if phase is Phase.COMPUTE:
                         await self._wait_output_room(item)
-                    if phase is Phase.D2H:
+                    # A batch taken back from a convicted worker writes nothing: its tasks run elsewhere.
+                    if phase is Phase.D2H and not self.host.fenced(item.batch):
                         self._submit_sink(item)
                 await q_out.put(item)
         finally:

@@ -17,7 +17,7 @@ from warpdeck.engine.tasks import State
 if TYPE_CHECKING:
     from warpdeck.engine.scheduler import Engine
 
-__all__ = ["ReportCounts", "ReportFailure", "ReportFlag", "ReportResume", "RunReport", "make_report"]
+__all__ = ["ReportControl", "ReportCounts", "ReportFailure", "ReportFlag", "ReportResume", "RunReport", "make_report"]
 
 
 class _Frozen(BaseModel):
@@ -73,6 +73,21 @@ class ReportResume(_Frozen):
     """Partial outputs (temp files) of a killed run removed at start."""
 
 
+class ReportControl(_Frozen):
+    """The control plane over the run: where it was, what it refused, whom it convicted."""
+
+    broker: str
+    """The broker's URL (no password); empty if the plane never got one."""
+    connected: bool
+    commands_applied: int
+    commands_refused: dict[str, int]
+    dropped: dict[str, int]
+    """Messages dropped at the socket, by reason."""
+    workers_lost: list[str]
+    """Workers convicted dead during the run."""
+    error: str = ""
+
+
 class RunReport(_Frozen):
     """Everything a run measured (DESIGN.md section 4). Rates per second, times in seconds."""
 
@@ -107,6 +122,8 @@ class RunReport(_Frozen):
     """Set for a journaled run (one with a run directory)."""
     flagged: list[ReportFlag] = []
     """Done tasks whose output is suspect."""
+    control: ReportControl | None = None
+    """Set when the run had a control plane (``--broker``)."""
 
     @property
     def exit_code(self) -> int:
@@ -129,6 +146,11 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
         resumed=rs.resumed, journal=str(engine.journal.path), skipped_done=rs.skipped_done,
         outputs_recovered=rs.outputs_recovered, requeued_in_flight=rs.requeued_in_flight,
         retried_failed=rs.retried_failed, temps_cleaned=engine.temps_cleaned)
+    plane = engine.control
+    control = None if plane is None else ReportControl(
+        broker=plane.address.url if plane.address else "", connected=plane.connected.is_set(),
+        commands_applied=plane.applied, commands_refused=dict(plane.refused), dropped=plane.dropped.counts(),
+        workers_lost=sorted({v.worker_id for v in list(plane.verdicts) if v.kind == "dead"}), error=plane.error)
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
         device=snap.device, lanes=len(snap.lanes), batch_size=engine.spec.batch_size,
@@ -141,6 +163,6 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,
-        latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume,
+        latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume, control=control,
         flagged=flagged,
     )

@@ -44,12 +44,14 @@ from warpdeck.engine.commands import (
 )
 from warpdeck.engine.config import PipelineSpec, resolve_target
 from warpdeck.engine.control.heartbeat import WorkerInfo, WorkerProbe
+from warpdeck.engine.control.monitor import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id, merge_workers
 from warpdeck.engine.feeder import DepthTuner, Feeder
 from warpdeck.engine.journal import Journal, JournaledTable, ResumeState, spec_identity
 from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception
+from warpdeck.engine.leases import LeaseBook
 from warpdeck.engine.metrics import MetricsAccumulator
 from warpdeck.engine.report import RunReport, make_report
 from warpdeck.engine.resume import ResumingSource
@@ -74,6 +76,7 @@ __all__ = ["Engine"]
 
 #: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
 _TUNE_MIN_RECORDS = 4
+_REBIRTH_POLL_S = 0.25
 _HOST = socket.gethostname()
 _SLOT_STATE = {Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
                Phase.D2H: "d2h", Phase.SINK: "readable"}
@@ -98,7 +101,7 @@ class Engine:
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
                  backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
                  snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False,
-                 control: ControlSettings | None = None) -> None:
+                 control: ControlSettings | None = None, workers: int = 1) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
         self.backend = backend if backend is not None else select_backend(spec.backend)
@@ -114,16 +117,19 @@ class Engine:
         self.temps_cleaned = 0
         self.table = JournaledTable()
         self.ready = ReadyQueue(spec.batch_size, spec.batch_timeout_s)
-        bs, nl = spec.batch_size, spec.lanes
-        low, high = feeder_watermarks(spec)
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        # In-process workers: each one a group of spec.lanes lanes with a heartbeat of its own.
+        bs, nl = spec.batch_size, spec.lanes * workers
+        low, high = feeder_watermarks(spec, nl)
         self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit,
                              prepare=self._prepare if self.resume is not None else None)
         self.tuner = DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20))
         self.auto_depth = spec.feeder.auto_depth
-        self.metrics = MetricsAccumulator(spec.lanes)
+        self.metrics = MetricsAccumulator(nl)
         self.publisher = SnapshotPublisher()
         self.lanes = [Lane(i, self.backend, spec.slot_depth, self, self.source, self.sink, self._plan_for, bs)
-                      for i in range(spec.lanes)]
+                      for i in range(nl)]
         self._fns = tuple(resolve_target(s.fn) for s in spec.stages)
         self._plans: dict[BatchKey, StagePlan] = {}
         self._wake = asyncio.Event()
@@ -143,7 +149,12 @@ class Engine:
         self._main: asyncio.Task[None] | None = None
         self.first_batch_s: float | None = None
         self.report: RunReport | None = None
-        self.worker_id = local_worker_id(_HOST, self.backend.device_name)
+        base = local_worker_id(_HOST, self.backend.device_name)
+        #: The in-process workers' ids, and the worker each lane belongs to.
+        self.worker_ids = [base] if workers == 1 else [f"{base}.w{k}" for k in range(workers)]
+        self.worker_id = self.worker_ids[0]
+        self._lane_worker = [self.worker_ids[i // spec.lanes] for i in range(nl)]
+        self.leases = LeaseBook(self._epoch_of)
         self._control_settings = control
         self.control: ControlPlane | None = None
         #: Workers an operator quarantined; the local one among them gets no new batches.
@@ -180,14 +191,34 @@ class Engine:
 
     def _start_control(self, settings: ControlSettings) -> None:
         """Join the control plane (a thread of its own); the first batch never waits for it."""
-        lanes = self.lanes
-        probe = WorkerProbe(progress=lambda: sum(lane.batches_done for lane in lanes),
-                            lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
-                            leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()))
-        info = WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version())
-        self.control = ControlPlane(settings, Topics(self.spec.name), worker_id=self.worker_id, worker_info=info,
-                                    probe=probe, latest=lambda: self.publisher.latest, command=self.command)
+        local = []
+        for wid in self.worker_ids:
+            lanes = [lane for lane in self.lanes if self._lane_worker[lane.id] == wid]
+            local.append((wid, WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version()),
+                          _probe(lanes)))
+        self.control = ControlPlane(settings, Topics(self.spec.name), workers=local,
+                                    latest=lambda: self.publisher.latest, command=self.command,
+                                    on_verdict=self._on_verdict)
         self.control.start()
+
+    def _epoch_of(self, worker: str) -> int:
+        """The epoch ``worker`` heartbeats under now (0 without a control plane)."""
+        plane = self.control
+        return plane.epoch_of(worker) if plane is not None else 0
+
+    def _on_verdict(self, verdict: Verdict) -> None:
+        """The monitor convicted a worker: take back every batch it held (on the engine's loop)."""
+        if verdict.kind != "dead" or verdict.worker_id not in self.worker_ids:
+            return
+        for lease in self.leases.convict(verdict.worker_id, verdict.epoch):
+            batch = lease.batch
+            self._inflight -= 1
+            self._stalls.pop(batch.id, None)
+            rows = self._live(batch)
+            self.table.clear_stall(rows)
+            reason = f"worker {lease.worker} lost (epoch {lease.epoch}, {verdict.reason})"
+            self._retry_or_fail(rows, reason, "")
+        self._kick()
 
     def _open_journal(self) -> tuple[Journal, ResumeState]:
         """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""
@@ -284,11 +315,14 @@ class Engine:
             while True:
                 t0 = time.perf_counter()
                 # Paused, or this worker quarantined: no new batch (an empty, finished run still ends).
-                held = self.feeder.paused or (bool(self.quarantined) and self.worker_id in self.quarantined)
+                worker = self._lane_worker[lane.id]
+                convicted = self.leases.held(worker)
+                held = self.feeder.paused or convicted or (bool(self.quarantined) and worker in self.quarantined)
                 flush = self.feeder.exhausted or self.feeder.draining
                 if not held:
                     batch = self.ready.take(flush=flush)
                     if batch is not None:
+                        self.leases.lease(batch, worker)
                         if len(self.ready) <= self.feeder.low:
                             self.feeder.poke()
                         self.metrics.serial_s += time.perf_counter() - t0
@@ -301,6 +335,8 @@ class Engine:
                 reason = StallReason.CONTROL if held else StallReason.MEMORY
                 self._lane_wait[lane.id] = (waited_from, reason)
                 timeout = None if due is None or held else max(0.0, due - time.monotonic()) + 1e-4
+                if convicted:  # look again for its re-birth (a new epoch)
+                    timeout = _REBIRTH_POLL_S
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout)
         finally:
@@ -314,13 +350,20 @@ class Engine:
         self._inflight += 1
         self.metrics.serial_s += time.perf_counter() - t0
 
+    def fenced(self, batch: Batch) -> bool:
+        """True for a batch taken back from a convicted worker: nothing it reports counts."""
+        return self.leases.fenced(batch)
+
     def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
+        if self.leases.fenced(batch):
+            return batch
         keep = [j for j, e in enumerate(errors) if e is None]
         for j, e in enumerate(errors):
             if e is not None:
                 row = np.array([batch.idx[j]], np.int64)
                 self._retry_or_fail(row, f"input: {e}", format_exception(e), retry=not isinstance(e, InputError))
         if not keep:
+            self.leases.release(batch)
             self._inflight -= 1
             self._kick()
         return Batch(batch.id, batch.key, batch.idx[keep], [batch.items[j] for j in keep], batch.formed_at,
@@ -333,12 +376,16 @@ class Engine:
         return live
 
     def on_phase(self, batch: Batch, phase: Phase) -> None:
+        if self.leases.fenced(batch):
+            return
         t0 = time.perf_counter()
         self._apply_cancels(batch)
         self.table.advance(self._live(batch), phase)
         self.metrics.serial_s += time.perf_counter() - t0
 
     def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None:
+        if self.leases.fenced(batch):
+            return
         idx = self._live(batch)
         now = time.perf_counter()
         prev = self._stalls.pop(batch.id, None)
@@ -351,6 +398,10 @@ class Engine:
         self.table.set_stall(idx, reason, note)
 
     def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None:
+        if self.leases.fenced(batch):
+            self.leases.reject(batch)
+            return
+        self.leases.release(batch)
         self._inflight -= 1
         self.on_stall(batch, StallReason.NONE)
         idx = self._live(batch)
@@ -359,6 +410,10 @@ class Engine:
         self._kick()
 
     def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None:
+        if self.leases.fenced(batch):  # a result under a convicted epoch: its tasks run elsewhere
+            self.leases.reject(batch)
+            return
+        self.leases.release(batch)
         t0 = time.perf_counter()
         self._inflight -= 1
         self.on_stall(batch, StallReason.NONE)
@@ -494,23 +549,25 @@ class Engine:
         return CommandResult(False, 0, f"unknown command {cmd!r}")  # pragma: no cover - union is closed
 
     def _quarantine(self, cmd: Quarantine | Release) -> CommandResult:
-        known = {w.id for w in self.publisher.latest.workers} if self.publisher.latest else {self.worker_id}
-        known.add(self.worker_id)
+        known = set(self.worker_ids)
+        if self.publisher.latest is not None:
+            known.update(w.id for w in self.publisher.latest.workers)
         if cmd.worker not in known:
             return CommandResult(False, 0, f"no worker {cmd.worker!r} (known: {', '.join(sorted(known))})")
-        pending = np.array(self.ready.pending(), np.int64) if cmd.worker == self.worker_id else np.zeros(0, np.int64)
         if isinstance(cmd, Quarantine):
             self.quarantined.add(cmd.worker)
-            if self.control is not None:
-                self.control.quarantine(cmd.worker, True)
-            if len(pending):
-                self.table.set_stall(pending, StallReason.CONTROL, f"worker {cmd.worker} quarantined")
-            return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
-        self.quarantined.discard(cmd.worker)
+        else:
+            self.quarantined.discard(cmd.worker)
         if self.control is not None:
-            self.control.quarantine(cmd.worker, False)
-        if len(pending) and not self.feeder.paused:
+            self.control.quarantine(cmd.worker, isinstance(cmd, Quarantine))
+        # With every local worker quarantined, the waiting tasks are stalled by the operator.
+        pending = np.array(self.ready.pending(), np.int64)
+        if all(w in self.quarantined for w in self.worker_ids):
+            self.table.set_stall(pending, StallReason.CONTROL, "every worker quarantined")
+        elif not self.feeder.paused:
             self.table.clear_stall(pending)
+        if isinstance(cmd, Quarantine):
+            return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
         return CommandResult(True, 0, f"worker {cmd.worker} released")
 
     def _cancel(self, cmd: Cancel) -> CommandResult:
@@ -581,19 +638,21 @@ class Engine:
         )
 
     def _workers(self, lanes: tuple[LaneView, ...], counts: Counts) -> tuple[WorkerView, ...]:
-        local = self._local_worker(lanes, counts)
+        local = [self._local_worker(wid, tuple(ln for ln in lanes if self._lane_worker[ln.id] == wid), counts)
+                 for wid in self.worker_ids]
         plane = self.control
         if plane is None:
-            return (local,)
+            return tuple(local)
         busy = {wid: hb.lanes_busy for wid, hb in plane.heard().items()}
         return merge_workers(local, plane.workers, self.quarantined, busy)
 
-    def _local_worker(self, lanes: tuple[LaneView, ...], counts: Counts) -> WorkerView:
-        """The in-process worker: this engine's own lanes on its backend's device."""
+    def _local_worker(self, wid: str, lanes: tuple[LaneView, ...], counts: Counts) -> WorkerView:
+        """An in-process worker: some of this engine's lanes on its backend's device. Task counts
+        are the engine's (a task is not tied to one worker across its attempts)."""
         busy = sum(any(h >= 0 for s in lane.slots for h in s.holders) for lane in lanes)
-        return WorkerView(id=self.worker_id, state="quarantined" if self.worker_id in self.quarantined else "online",
-                          host=_HOST, pid=os.getpid(),
-                          device=self.backend.device_name, epoch=0, lanes=len(lanes), lanes_busy=busy,
+        state = "quarantined" if wid in self.quarantined else "dead" if self.leases.held(wid) else "online"
+        return WorkerView(id=wid, state=state, host=_HOST, pid=os.getpid(), device=self.backend.device_name,
+                          epoch=self._epoch_of(wid), lanes=len(lanes), lanes_busy=busy,
                           progress=sum(lane.batches_done for lane in lanes), tasks_done=counts.done,
                           tasks_failed=counts.failed)
 
@@ -608,9 +667,16 @@ class Engine:
                         tuple(slots))
 
 
-def feeder_watermarks(spec: PipelineSpec) -> tuple[int, int]:
+def _probe(lanes: list[Lane]) -> WorkerProbe:
+    """What one in-process worker's heartbeat reports, read from the heartbeat's thread."""
+    return WorkerProbe(progress=lambda: sum(lane.batches_done for lane in lanes),
+                       lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
+                       leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()))
+
+
+def feeder_watermarks(spec: PipelineSpec, lanes: int | None = None) -> tuple[int, int]:
     """The ready queue's watermarks: the spec's, or 2 and 8 batches per lane, always low < high."""
-    batch = spec.batch_size * spec.lanes
+    batch = spec.batch_size * (spec.lanes if lanes is None else lanes)
     low, high = spec.feeder.low_watermark, spec.feeder.high_watermark
     if high is None:
         low = low or 2 * batch

@@ -109,6 +109,8 @@ class Heartbeater:
         self.reconnects = 0
         self.last_error = ""
         self.connected = threading.Event()
+        self._killed = False
+        self._client: Any = None
         self._last = _Last()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,6 +134,27 @@ class Heartbeater:
                 loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def kill(self, timeout: float = 5.0) -> None:
+        """Fault injection for tests: drop the connection with no goodbye, as a killed process
+        would (the broker then sends the Will), and stay silent from then on."""
+        self._killed = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._abort)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _abort(self) -> None:
+        client = self._client
+        if client is not None:
+            # paho's socket under aiomqtt: closing it without DISCONNECT is what SIGKILL does.
+            sock = client._client.socket()
+            if sock is not None:
+                sock.close()
+        if self._stopping is not None:
+            self._stopping.set()
 
     # -- the heartbeat thread -----------------------------------------------------------------
     def _next_epoch(self) -> int:
@@ -161,6 +184,7 @@ class Heartbeater:
                         clean_session=True,
                         timeout=max(2.0, 4 * self.interval_s),
                     ) as client:
+                        self._client = client
                         await self._speak(client, epoch, stopping)
                         backoff = 0.1
                 except aiomqtt.MqttError as exc:
@@ -228,6 +252,8 @@ class Heartbeater:
                 next_at = now + self.interval_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), next_at - now)
+        if self._killed:
+            return
         await client.publish(
             topics.worker(wid, "death"),
             encode(Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye)),

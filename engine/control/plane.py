@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,18 +84,16 @@ class ControlPlane:
         settings: ControlSettings,
         topics: Topics,
         *,
-        worker_id: str,
-        worker_info: WorkerInfo,
-        probe: WorkerProbe,
+        workers: Sequence[tuple[str, WorkerInfo, WorkerProbe]],
         latest: Callable[[], EngineSnapshot | None],
         command: Callable[[Command], Awaitable[CommandResult]],
         on_verdict: Callable[[Verdict], None] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
-        self.worker_id = worker_id
-        self._worker_info = worker_info
-        self._probe = probe
+        self._local = list(workers)
+        #: The in-process workers' heartbeats, by worker id (each its own connection and Will).
+        self.heartbeaters: dict[str, Heartbeater] = {}
         self._latest = latest
         self._command = command
         self._on_verdict = on_verdict
@@ -119,7 +117,6 @@ class ControlPlane:
         self.verdicts: deque[Verdict] = deque(maxlen=1000)
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._broker: EmbeddedBroker | None = None
-        self._heart: Heartbeater | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -139,6 +136,11 @@ class ControlPlane:
                 loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def epoch_of(self, worker_id: str) -> int:
+        """The epoch an in-process worker heartbeats under now (0 before its first connection)."""
+        heart = self.heartbeaters.get(worker_id)
+        return heart.epoch if heart is not None else 0
 
     def quarantine(self, worker_id: str, on: bool) -> None:
         """Mark ``worker_id`` quarantined (or release it) in the monitor (any thread)."""
@@ -167,15 +169,12 @@ class ControlPlane:
             if self.address is None:
                 self._broker = EmbeddedBroker()
                 self.address = await asyncio.to_thread(self._broker.start)
-            self._heart = Heartbeater(
-                self.address,
-                self.topics,
-                self.worker_id,
-                probe=self._probe,
-                info=self._worker_info,
-                interval_s=self.settings.heartbeat_s,
-            )
-            self._heart.start()
+            for wid, info, probe in self._local:
+                heart = Heartbeater(
+                    self.address, self.topics, wid, probe=probe, info=info, interval_s=self.settings.heartbeat_s
+                )
+                self.heartbeaters[wid] = heart
+                heart.start()
             ticker = asyncio.create_task(self._tick_loop(stopping))
             try:
                 await self._connect_loop(stopping)
@@ -187,8 +186,7 @@ class ControlPlane:
             self.error = f"{type(exc).__name__}: {exc}"
             _log.warning("control plane stopped: %s", self.error)
         finally:
-            if self._heart is not None:
-                await asyncio.to_thread(self._heart.stop)
+            await asyncio.gather(*(asyncio.to_thread(h.stop) for h in self.heartbeaters.values()))
             if self._broker is not None:
                 await asyncio.to_thread(self._broker.stop)
 

@@ -8,7 +8,7 @@ heard, so the control room shows the same liveness for every worker, local or re
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from warpdeck.engine.control.monitor import WorkerStatus
 from warpdeck.engine.snapshot import WorkerView
@@ -38,18 +38,20 @@ def _str(info: Mapping[str, object], key: str) -> str:
 
 
 def merge_workers(
-    local: WorkerView,
+    locals_: Sequence[WorkerView],
     heard: Collection[WorkerStatus],
     quarantined: Collection[str],
     lanes_busy: Mapping[str, int] | None = None,
 ) -> tuple[WorkerView, ...]:
-    """The local worker first, then every other worker the monitor knows, by id."""
+    """The local workers first, then every other worker the monitor knows, by id."""
     busy = lanes_busy or {}
-    rows = [local]
+    rows = list(locals_)
+    at = {w.id: i for i, w in enumerate(rows)}
     for st in sorted(heard, key=lambda s: s.worker_id):
         state = "quarantined" if st.worker_id in quarantined else str(st.state)
-        if st.worker_id == local.id:
-            rows[0] = WorkerView(
+        if st.worker_id in at:
+            local = rows[at[st.worker_id]]
+            rows[at[st.worker_id]] = WorkerView(
                 id=local.id,
                 state="quarantined" if local.state == "quarantined" else state,
                 host=local.host,

@@ -43,10 +43,12 @@ class EngineThread:
     """``Engine(spec, control=...)`` on its own thread and loop, for tests that act from outside."""
 
     def __init__(self, spec: PipelineSpec, address: BrokerAddress | None, *, secret: bytes | None = None,
-                 monitor: MonitorConfig | None = None, heartbeat_s: float = 0.5) -> None:
+                 monitor: MonitorConfig | None = None, heartbeat_s: float = 0.5, **engine_kw: Any) -> None:
         self.spec = spec
         self.settings = ControlSettings(broker=address, secret=secret, heartbeat_s=heartbeat_s, monitor=monitor)
         self.engine: Engine | None = None
+        self._engine_kw = engine_kw
+        self.report: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -57,13 +59,15 @@ class EngineThread:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         try:
-            async with Engine(self.spec, control=self.settings) as eng:
+            async with Engine(self.spec, control=self.settings, **self._engine_kw) as eng:
                 self.engine = eng
                 self._ready.set()
                 done = asyncio.ensure_future(eng.wait())
                 stop = asyncio.ensure_future(self._stop.wait())
                 await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
                 stop.cancel()
+                if done.done():
+                    self.report = done.result()
         except BaseException as exc:
             self.error = exc
             raise
@@ -82,6 +86,9 @@ class EngineThread:
                 self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
         assert not self._thread.is_alive(), "engine thread did not stop"
+
+    def finished(self) -> bool:
+        return self.report is not None
 
     def snapshot(self) -> EngineSnapshot | None:
         assert self.engine is not None

@@ -125,3 +125,18 @@ def nan_at_poison(xp: Any, inp: Any, out: Any) -> None:
     out[...] = inp
     out[inp == POISON] = xp.nan
     out[inp == -POISON] = xp.inf
+
+
+#: Lanes whose compute blocks in ``hold_lanes`` until ``RELEASE_LANES`` is set (fault injection).
+HELD_LANES: set[int] = set()
+RELEASE_LANES = threading.Event()
+
+
+def hold_lanes(xp, inp, out):  # type: ignore[no-untyped-def]
+    """Doubles its input; on a lane in ``HELD_LANES`` (read from the compute thread's name,
+    ``warpdeck-lane<N>-compute_0``) it first waits for ``RELEASE_LANES``: a worker whose stage hangs."""
+    name = threading.current_thread().name
+    lane = int(name.split("lane", 1)[1].split("-", 1)[0]) if "lane" in name else -1
+    if lane in HELD_LANES:
+        RELEASE_LANES.wait(60)
+    out[...] = inp * 2
