@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from warpdeck.engine.api import PipelineSpec, RunReport
+from warpdeck.engine.api import ControlSettings, PipelineSpec, RunReport
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import EngineLink
@@ -32,10 +32,11 @@ def check_theme(name: str | None) -> None:
 
 
 def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = None,
-                     retry_failed: bool = False, journal: bool | None = None) -> RunReport | None:
+                     retry_failed: bool = False, journal: bool | None = None,
+                     control: ControlSettings | None = None) -> RunReport | None:
     """Run ``spec`` under the control room until the user quits; the report, if the run got that far.
     Raises what stops the engine from starting (a bad run directory, a missing backend)."""
-    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal)
+    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
     link.open()
     try:
         WarpdeckApp(link, theme=theme).run()

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from warpdeck.engine.api import Engine, EngineSnapshot, PipelineSpec, RunReport
+from warpdeck.engine.api import ControlSettings, Engine, EngineSnapshot, PipelineSpec, RunReport
 
 __all__ = ["render_snapshot", "run_headless", "summary_table"]
 
@@ -69,6 +69,12 @@ def summary_table(report: RunReport) -> Table:
     t.add_row("stalls", "  ".join(f"{k} {v:.2f}s" for k, v in report.stall_s.items() if v) or "none")
     t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
     t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
+    c = report.control
+    if c is not None:
+        refused = sum(c.commands_refused.values())
+        t.add_row("control plane", f"{c.broker or 'no broker'}: {c.commands_applied} command(s) applied, {refused} "
+                  f"refused, {sum(c.dropped.values())} message(s) dropped, {len(c.workers_lost)} worker(s) lost"
+                  + (f" ({c.error})" if c.error else ""))
     for fail in report.failures[:_SHOWN_FAILURES]:
         t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
     if len(report.failures) > _SHOWN_FAILURES:
@@ -77,9 +83,10 @@ def summary_table(report: RunReport) -> Table:
 
 
 async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool,
-                       retry_failed: bool = False, journal: bool | None = None) -> RunReport:
+                       retry_failed: bool = False, journal: bool | None = None,
+                       control: ControlSettings | None = None) -> RunReport:
     """Run the engine with a live display (when ``live``) and print the summary."""
-    async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal) as engine:
+    async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
         if live:
             with Live(console=console, refresh_per_second=8, transient=False) as view:
                 async for snap in engine.publisher.stream():

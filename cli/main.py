@@ -14,7 +14,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from warpdeck.engine.api import BackendError, PipelineSpec, RunDirError, RunReport, SpecError, load_spec, parse_spec
+from warpdeck.engine.api import (
+    BackendError,
+    ControlSettings,
+    PipelineSpec,
+    RunDirError,
+    RunReport,
+    SpecError,
+    load_secret,
+    load_spec,
+    parse_broker,
+    parse_spec,
+)
 
 __all__ = ["main"]
 
@@ -51,6 +62,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="REPORT.json", help="write the run report as JSON")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="override the spec's backend")
     p.add_argument("--run-dir", type=Path, help="journal and outputs (default .warpdeck/<pipeline>)")
+    p.add_argument("--broker", default="embedded", metavar="embedded|URL|none",
+                   help="the MQTT control plane: embedded (default: a broker in this process), "
+                   "mqtt://[user:pass@]host:port or mqtts://… for a real one, none to run without")
+    p.add_argument("--ca-file", type=Path, help="CA certificate that signs an mqtts:// broker's certificate")
+    p.add_argument("--secret-file", type=Path,
+                   help="shared secret for signed remote commands (else $WARPDECK_SECRET; with neither, "
+                   "remote commands are refused)")
     p.add_argument("--theme", help="control-room theme: warpdeck-dark (default), warpdeck-light, "
                    "warpdeck-high-contrast, warpdeck-ansi, or one of yours")
 
@@ -79,20 +97,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
+    try:
+        control = _control(args)
+    except ValueError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return 2
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
     retry_failed = getattr(args, "retry_failed", False)
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
     journal = False if args.command == "demo" and args.run_dir is None else None
     if not args.headless:
         if sys.stdin.isatty() and sys.stdout.isatty():
-            return _control_room(spec, run_dir, args.theme, retry_failed, journal, args.json, err)
+            return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err)
         err.print("warpdeck: not a terminal, so no control room; running headless (--headless says so).")
     console = Console(stderr=False)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
 
     try:
         report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
-                                          retry_failed=retry_failed, journal=journal))
+                                          retry_failed=retry_failed, journal=journal, control=control))
     except (BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
@@ -103,13 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     return report.exit_code
 
 
+def _control(args: argparse.Namespace) -> ControlSettings | None:
+    """The control plane the flags ask for; ``ValueError`` says what is wrong with them."""
+    if args.broker == "none":
+        return None
+    address = parse_broker(args.broker, args.ca_file)
+    if args.ca_file is not None and (address is None or not address.tls):
+        raise ValueError("--ca-file needs an mqtts:// broker")
+    return ControlSettings(broker=address, secret=load_secret(args.secret_file))
+
+
 def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_failed: bool, journal: bool | None,
-                  json_path: Path | None, err: Console) -> int:
+                  control: ControlSettings | None, json_path: Path | None, err: Console) -> int:
     from warpdeck.cli.control_room import UnknownTheme, check_theme, run_control_room  # noqa: PLC0415 - Textual loads only here
 
     try:
         check_theme(theme)
-        report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal)
+        report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
+                                  control=control)
     except (UnknownTheme, BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
