@@ -7,6 +7,7 @@ index arrays into the snapshot's columns, never Python objects per task.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,51 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("sink", "sink"), ("stalled", "stalled"), ("finished", "done"),
 )
 _STALLED = 6
-_FINISHED = 7
+#: Finished tasks by rank: failed first (they want attention), then cancelled, then done.
+_FAILED, _CANCELLED, _DONE = 7, 8, 9
+_NOWHERE = 255
+
+
+def _code_table() -> npt.NDArray[np.uint8]:
+    """Column code by ``stalled << 6 | state << 3 | phase``: 0 queued, 1..5 the running phase,
+    6 stalled, 7 failed, 8 cancelled, 9 done (and any other state), 255 in no column."""
+    table = np.full(128, _NOWHERE, np.uint8)
+    for stalled in (0, 1):
+        for state in range(8):
+            for phase in range(8):
+                if stalled and state in (State.QUEUED, State.RUNNING):
+                    code = _STALLED
+                elif state == State.QUEUED or (state == State.RUNNING and phase == Phase.NONE):
+                    code = 0
+                elif state == State.RUNNING:
+                    code = phase if phase <= Phase.SINK else _NOWHERE
+                else:
+                    code = {State.FAILED: _FAILED, State.CANCELLED: _CANCELLED}.get(state, _DONE)  # type: ignore[call-overload]
+                table[stalled << 6 | state << 3 | phase] = code
+    return table
+
+
+_CODES = _code_table()
+assert Phase.SINK == 5 and max(State) < 8 and max(Phase) < 8  # the table's layout relies on these
+
+
+class _Scratch(threading.local):
+    """Work arrays for one table length, reused across snapshots: a fresh megabyte array per step
+    costs more in page faults than the step itself."""
+
+    def __init__(self) -> None:
+        self.size = -1
+        self.code = self.spare = np.zeros(0, np.uint8)
+        self.hit = np.zeros(0, np.bool_)
+
+    def fit(self, size: int) -> None:
+        if size != self.size:
+            self.size = size
+            self.code, self.spare = np.empty(size, np.uint8), np.empty(size, np.uint8)
+            self.hit = np.empty(size, np.bool_)
+
+
+_scratch = _Scratch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,26 +82,47 @@ class BoardRows:
 
 
 def board_rows(snap: EngineSnapshot, mask: npt.NDArray[np.bool_] | None = None) -> BoardRows:
-    """Split the snapshot's tasks into the board's columns; ``mask`` (a filter) hides rows."""
+    """Split the snapshot's tasks into the board's columns; ``mask`` (a filter) hides rows.
+
+    This runs on the UI loop for every snapshot the board shows, over up to a million rows: one
+    table lookup gives each row its column code, written into reused work arrays, then one scan
+    per big column; the few running and stalled rows are split among their columns from their
+    own, short list."""
     view = snap.tasks
-    # Column code: 0 queued, 1..5 running phase, 6 stalled, 7 finished.
-    code = np.full(len(view), _FINISHED, np.int8)
-    code[view.state == State.QUEUED] = 0
-    running = view.state == State.RUNNING
-    code[running] = view.phase[running]
-    code[(view.stall != 0) & (view.state <= State.RUNNING)] = _STALLED
-    totals_arr = np.bincount(code, minlength=len(COLUMNS))
-    if mask is not None:
-        code = np.where(mask, code, -1)
-    rows: dict[str, npt.NDArray[np.int64]] = {}
-    for i, (cid, _) in enumerate(COLUMNS):
-        hit = np.flatnonzero(code == i)
-        if i == _FINISHED and len(hit):
-            # Failed first (they want attention), then cancelled, then done, newest first.
-            st = view.state[hit]
-            rank = np.where(st == State.FAILED, 0, np.where(st == State.CANCELLED, 1, 2))
-            hit = hit[np.lexsort((-hit, rank))]
-        rows[cid] = hit
-    assert Phase.SINK == 5  # the codes above rely on phase numbers 1..5 in board order
-    return BoardRows(snap.seq, rows, {cid: int(totals_arr[i]) for i, (cid, _) in enumerate(COLUMNS)},
-                     int((view.state == State.FAILED).sum()), int((view.state == State.CANCELLED).sum()))
+    work = _scratch
+    work.fit(len(view))
+    code, spare, hit = work.code, work.spare, work.hit
+    np.left_shift(view.state.view(np.uint8), 3, out=code)
+    np.bitwise_and(code, 0x3F, out=code)
+    np.bitwise_or(code, view.phase.view(np.uint8) & 7, out=code)
+    np.not_equal(view.stall, 0, out=hit)
+    np.left_shift(hit.view(np.uint8), 6, out=spare)
+    np.bitwise_or(code, spare, out=code)
+    np.take(_CODES, code, out=code)
+
+    def rows_of(c: int) -> npt.NDArray[np.int64]:
+        return np.flatnonzero(np.equal(code, c, out=hit))
+
+    totals: dict[str, int] = {}
+    if mask is not None:  # the titles count the unfiltered column, so count before hiding rows
+        for c, (cid, _) in enumerate(COLUMNS[:_STALLED + 1]):
+            totals[cid] = int(np.count_nonzero(np.equal(code, c, out=hit)))
+        np.subtract(code, _FAILED, out=spare)  # 7, 8, 9 -> 0, 1, 2; below 7 wraps past 2
+        totals["finished"] = int(np.count_nonzero(np.less_equal(spare, _DONE - _FAILED, out=hit)))
+        np.copyto(code, _NOWHERE, where=~mask)
+    rows: dict[str, npt.NDArray[np.int64]] = {"queued": rows_of(0)}
+    # Running and stalled tasks are a few lanes' batches: find them in one scan, then split them.
+    np.subtract(code, 1, out=spare)  # 0 (queued) wraps to 255
+    few = np.flatnonzero(np.less_equal(spare, _STALLED - 1, out=hit))
+    few_code = code[few]
+    for c, (cid, _) in enumerate(COLUMNS[1:_STALLED + 1], start=1):
+        rows[cid] = few[few_code == c]
+    ranked = [rows_of(c) for c in (_FAILED, _CANCELLED, _DONE)]
+    rows["finished"] = np.concatenate([r[::-1] for r in ranked])  # newest first in each rank
+    if mask is None:
+        totals = {cid: len(rows[cid]) for cid, _ in COLUMNS}
+        failed, cancelled = len(ranked[0]), len(ranked[1])
+    else:
+        failed = int(np.count_nonzero(view.state == int(State.FAILED)))
+        cancelled = int(np.count_nonzero(view.state == int(State.CANCELLED)))
+    return BoardRows(snap.seq, rows, totals, failed, cancelled)
