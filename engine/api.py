@@ -35,6 +35,7 @@ from warpdeck.engine.report import RunReport
 from warpdeck.engine.scheduler import Engine
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import (
+    ControlView,
     Counts,
     EngineSnapshot,
     FeederView,
@@ -60,6 +61,7 @@ __all__ = [
     "Command",
     "CommandResult",
     "ControlSettings",
+    "ControlView",
     "Counts",
     "Drain",
     "Engine",

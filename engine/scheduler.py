@@ -634,7 +634,7 @@ class Engine:
             backend=self.backend.name, backend_reason=self.backend.reason, device=self.backend.device_name,
             counts=counts, tasks=view, stalled=stalled, lanes=lanes, feeder=feeder,
             timeline=tuple(self._timeline)[-512:], figures=figures, failures=tuple(self._failures),
-            workers=self._workers(lanes, counts),
+            workers=self._workers(lanes, counts), control=self.control.view() if self.control else None,
         )
 
     def _workers(self, lanes: tuple[LaneView, ...], counts: Counts) -> tuple[WorkerView, ...]:

@@ -20,6 +20,7 @@ from warpdeck.engine.metrics import Figures
 from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
 
 __all__ = [
+    "ControlView",
     "Counts",
     "EngineSnapshot",
     "FeederView",
@@ -191,6 +192,20 @@ class WorkerView:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlView:
+    """The control plane as of one snapshot: where its broker is, whether it is connected, and what
+    it refused (commands, by reason) or dropped (messages, by reason) at the socket."""
+
+    broker: str
+    connected: bool
+    commands_applied: int
+    commands_refused: dict[str, int]
+    dropped: dict[str, int]
+    reconnects: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     """The whole engine at one instant. ``t`` is seconds since the engine started; timeline
     records are on ``time.perf_counter``'s clock, with ``t0`` the engine's start on it."""
@@ -212,6 +227,8 @@ class EngineSnapshot:
     figures: Figures
     failures: tuple[TaskFailure, ...]
     workers: tuple[WorkerView, ...] = ()
+    #: None when the engine runs without a control plane.
+    control: ControlView | None = None
 
     @property
     def finished(self) -> bool:

@@ -41,7 +41,6 @@ from warpdeck.engine.control.telemetry import EventTracker, summarize
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import (
     Birth,
-    ControlCounters,
     Death,
     DropCounter,
     EngineState,
@@ -51,7 +50,7 @@ from warpdeck.engine.control.wire import (
     decode,
     encode,
 )
-from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
 
@@ -152,8 +151,11 @@ class ControlPlane:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(fn, worker_id)
 
-    def counters(self) -> ControlCounters:
-        return ControlCounters(
+    def view(self) -> ControlView:
+        """What the snapshot and telemetry show of the plane (any thread)."""
+        return ControlView(
+            broker=self.address.url if self.address is not None else "",
+            error=self.error,
             dropped=self.dropped.counts(),
             commands_refused=dict(self.refused),
             commands_applied=self.applied,
@@ -352,7 +354,7 @@ class ControlPlane:
             snap = self._latest()
             if snap is not None and snap.seq != seq:
                 seq = snap.seq
-                tel = summarize(snap, since, self.counters())
+                tel = summarize(snap, since, self.view())
                 if tel.timeline:
                     since = max(r.end for r in tel.timeline)
                 await client.publish(self.topics.telemetry, encode(tel), qos=0)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from warpdeck.engine.control.wire import ControlCounters, Event, Telemetry
-from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.control.wire import Event, Telemetry
+from warpdeck.engine.snapshot import ControlView, EngineSnapshot
 from warpdeck.engine.tasks import Phase, State
 
 __all__ = ["COLUMN_SAMPLE", "EventTracker", "summarize"]
@@ -46,7 +46,7 @@ def _columns(snap: EngineSnapshot) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def summarize(snap: EngineSnapshot, since: float, control: ControlCounters) -> Telemetry:
+def summarize(snap: EngineSnapshot, since: float, control: ControlView | None = None) -> Telemetry:
     """Telemetry for ``snap``; ``since`` is the perf_counter time of the previous message's newest
     batch record (only newer records are sent)."""
     records = tuple(r for r in snap.timeline if r.end > since)[-4096:]
@@ -67,7 +67,7 @@ def summarize(snap: EngineSnapshot, since: float, control: ControlCounters) -> T
         failures=snap.failures[-_FAILURES_SAMPLE:],
         timeline=records,
         columns=_columns(snap),
-        control=control,
+        control=control if control is not None else snap.control,
     )
 
 

@@ -19,14 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
-from warpdeck.engine.snapshot import Counts, FeederView, LaneView, StalledTask, TaskFailure, WorkerView
+from warpdeck.engine.snapshot import ControlView, Counts, FeederView, LaneView, StalledTask, TaskFailure, WorkerView
 
 __all__ = [
     "MAX_BYTES",
     "PAYLOAD_ADAPTER",
     "SCHEMA_VERSION",
     "Birth",
-    "ControlCounters",
     "Death",
     "DeviceStats",
     "DropCounter",
@@ -147,18 +146,6 @@ class Event(_Wire):
     t: float = 0.0
 
 
-class ControlCounters(BaseModel):
-    """What the control plane refused or dropped, by reason."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dropped: dict[str, int] = {}
-    commands_refused: dict[str, int] = {}
-    commands_applied: int = 0
-    connected: bool = False
-    reconnects: int = 0
-
-
 class Telemetry(_Wire):
     """A snapshot summary: enough for an attached control room to draw every screen. Task lists
     are samples (``columns``: at most a few hundred keys per board column), not the whole table."""
@@ -181,7 +168,7 @@ class Telemetry(_Wire):
     timeline: tuple[BatchRecord, ...] = Field(default=(), max_length=4096)
     """Batch records finished since the previous telemetry message."""
     columns: dict[str, tuple[str, ...]] = {}
-    control: ControlCounters = ControlCounters()
+    control: ControlView | None = None
 
 
 class SignedCommand(_Wire):

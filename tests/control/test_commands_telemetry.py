@@ -66,12 +66,14 @@ def test_a_signed_command_is_applied_and_forged_expired_replayed_unsigned_are_re
         assert dict(plane.refused) == {"bad_signature": 2, "expired": 1, "unsigned": 1, "replayed": 1}
         assert plane.applied == 1
         wait_for(lambda: et.engine.feeder.paused, 5, "the signed pause applied")
+        wait_for(lambda: et.snapshot().control.commands_applied == 1, 2, "the snapshot shows it")  # type: ignore[union-attr]
         snap = et.snapshot()
-        assert snap is not None
+        assert snap is not None and snap.control is not None and snap.control.connected
+        assert snap.control.commands_refused == {"bad_signature": 2, "expired": 1, "unsigned": 1, "replayed": 1}
         # The refusals are in the snapshot's control counters, through telemetry.
         msgs = asyncio.run(collect(mosquitto.address, topics.telemetry, lambda got: len(got) >= 1))
         tel = decode(msgs[-1].payload)  # type: ignore[arg-type]
-        assert isinstance(tel, Telemetry)
+        assert isinstance(tel, Telemetry) and tel.control is not None
         assert tel.control.commands_refused["bad_signature"] == 2 and tel.control.commands_applied == 1
         # A fresh signature for resume works: nothing above broke the verifier.
         asyncio.run(_publish(mosquitto, topics.cmd, [signer.payload(Resume())]))

@@ -74,12 +74,15 @@ def test_a_broker_restart_convicts_nobody_and_every_worker_is_reborn(broker: Bro
         wait_for(lambda: all(et.state_of(i) == "online" for i in ids), 10, "all online")
         epochs = {i: et.worker(i).epoch for i in ids}
         broker.stop()
+        done_at_stop = et.snapshot().counts.done
         seen: set[str] = set()
         t_down = time.monotonic()
         while time.monotonic() - t_down < 3.0:
             seen.update(et.state_of(i) or "" for i in ids)
             time.sleep(0.05)
         assert "stale" in seen, f"workers not marked stale while the broker was away: {seen}"
+        assert et.snapshot().counts.done > done_at_stop, "the engine kept computing without its broker"
+        assert not et.snapshot().control.connected
         broker.start()
         t_up = time.monotonic()
         reborn = 0.0
