@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,17 +47,45 @@ def _wait_listening(port: int, limit_s: float, proc: subprocess.Popen[bytes] | N
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {limit_s} s")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls(workdir: Path) -> TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl command."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, cwd=workdir)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=warpdeck-test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr")
+    (workdir / "san.ext").write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "san.ext", "-out", "server.pem")
+    return TlsFiles(workdir / "ca.pem", workdir / "server.pem", workdir / "server.key")
+
+
 class Mosquitto:
     """A mosquitto process on one loopback port; ``stop()`` and ``start()`` again keep the port."""
 
     name = "mosquitto"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, tls: TlsFiles | None = None) -> None:
         self.binary = mosquitto_binary()
         self.port = free_port()
         self.conf = workdir / "mosquitto.conf"
+        self.tls = tls
         lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "persistence false",
                  "log_type error", "log_type warning"]
+        if tls is not None:
+            lines += [f"cafile {tls.ca}", f"certfile {tls.cert}", f"keyfile {tls.key}"]
         if os.geteuid() == 0:
             lines.append("user root")
         self.conf.write_text("\n".join(lines) + "\n")
@@ -64,6 +93,8 @@ class Mosquitto:
 
     @property
     def address(self) -> BrokerAddress:
+        if self.tls is not None:
+            return BrokerAddress("127.0.0.1", self.port, tls=True, ca_file=self.tls.ca)
         return BrokerAddress("127.0.0.1", self.port)
 
     @property

@@ -120,13 +120,15 @@ class WorkerProcess:
     pipeline: str
     work: str = "steady"
     interval: float = 0.5
+    extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[str] | None = field(default=None, init=False)
     epoch: int = field(default=0, init=False)
 
     def start(self, limit_s: float = 20) -> WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warpdeck.engine.control.heartbeat", "--broker", self.url, "--worker-id",
-             self.worker_id, "--pipeline", self.pipeline, "--work", self.work, "--interval", str(self.interval)],
+             self.worker_id, "--pipeline", self.pipeline, "--work", self.work, "--interval", str(self.interval),
+             *self.extra_args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "ready epoch=N" once its birth is out
