@@ -8,7 +8,7 @@ from pathlib import Path
 from warpdeck.engine.api import ControlSettings, PipelineSpec, RunReport
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
-from warpdeck.tui.link import EngineLink
+from warpdeck.tui.link import EngineLink, Link
 
 __all__ = ["UnknownTheme", "check_theme", "run_control_room"]
 
@@ -29,6 +29,15 @@ def check_theme(name: str | None) -> None:
     themes, _ = all_themes()
     if name not in themes:
         raise UnknownTheme(name, sorted(themes))
+
+
+def run_remote(link: Link, *, theme: str | None = None) -> int:
+    """The control room over an attached or replayed engine, until the user quits."""
+    try:
+        WarpdeckApp(link, theme=theme).run()
+    finally:
+        link.stop()
+    return 0
 
 
 def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = None,

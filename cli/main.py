@@ -54,6 +54,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--outputs", action="store_true",
                       help="write the control-room demo's outputs too (headless always writes them)")
     _common(demo)
+    attach = sub.add_parser("attach", help="open the control room over an engine elsewhere, through its broker")
+    attach.add_argument("url", help="the engine's broker: mqtt://[user:pass@]host:port or mqtts://…")
+    attach.add_argument("--pipeline", required=True, help="the pipeline's name (its spec's name)")
+    attach.add_argument("--readonly", action="store_true", help="watch only: send no commands")
+    attach.add_argument("--secret-file", type=Path,
+                        help="shared secret to sign commands with (else $WARPDECK_SECRET; with neither: read-only)")
+    attach.add_argument("--ca-file", type=Path, help="CA certificate that signs an mqtts:// broker's certificate")
+    attach.add_argument("--record", type=Path, metavar="FILE", help="also save the telemetry stream, for replay")
+    attach.add_argument("--theme", help="control-room theme")
+    replay = sub.add_parser("replay", help="play a recorded telemetry stream (attach --record) in the control room")
+    replay.add_argument("recording", type=Path)
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2: twice as fast)")
+    replay.add_argument("--theme", help="control-room theme")
     return p
 
 
@@ -86,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``warpdeck`` command."""
     args = _parser().parse_args(argv)
     err = Console(stderr=True)
+    if args.command in ("attach", "replay"):
+        return _remote(args, err)
     try:
         if args.command == "run":
             spec = load_spec(args.spec)
@@ -124,6 +139,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _write_report(report, args.json)
     return report.exit_code
+
+
+def _remote(args: argparse.Namespace, err: Console) -> int:
+    """``attach`` and ``replay``: the control room over an engine that is not in this process."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        err.print(f"warpdeck {args.command}: the control room needs a terminal")
+        return 2
+    from warpdeck.cli.control_room import UnknownTheme, check_theme, run_remote  # noqa: PLC0415 - Textual loads only here
+    from warpdeck.tui.attach import AttachLink, replay_link  # noqa: PLC0415
+
+    try:
+        check_theme(args.theme)
+        if args.command == "replay":
+            link = replay_link(args.recording, args.speed)
+        else:
+            address = parse_broker(args.url, args.ca_file)
+            if address is None:
+                raise ValueError("attach needs the engine's broker URL (an embedded broker's is in its report)")
+            secret = None if args.readonly else load_secret(args.secret_file)
+            link = AttachLink(address, args.pipeline, secret=secret, readonly=args.readonly or secret is None,
+                              record=args.record)
+    except (UnknownTheme, ValueError, OSError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return 2
+    return run_remote(link, theme=args.theme)
 
 
 def _control(args: argparse.Namespace) -> ControlSettings | None:

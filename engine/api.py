@@ -27,6 +27,7 @@ from warpdeck.engine.commands import (
 from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.plane import ControlSettings
+from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.journal import RunDirError, SpecMismatch
 from warpdeck.engine.lanes import BatchRecord
@@ -75,6 +76,7 @@ __all__ = [
     "PipelineSpec",
     "Quarantine",
     "Release",
+    "RemoteEngine",
     "RequeueStalled",
     "Resume",
     "RetryFailed",
@@ -100,6 +102,7 @@ __all__ = [
     "load_spec",
     "parse_broker",
     "parse_spec",
+    "read_recording",
     "run_pipeline",
     "select_backend",
 ]

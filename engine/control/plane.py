@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -57,6 +58,7 @@ __all__ = ["ControlPlane", "ControlSettings"]
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
 _CMD_KINDS = frozenset(("cmd",))
+_MAX_NONCE = 64
 
 
 @dataclass(slots=True)
@@ -313,11 +315,12 @@ class ControlPlane:
                 self._wills[wid] = (msg.epoch, now)
 
     async def _on_command(self, client: Any, payload: bytes | bytearray) -> None:
+        ref = _nonce_of(payload)
         try:
             cmd = self.verifier.verify(bytes(payload))
         except CommandRefused as exc:
             self.refused[exc.reason] += 1
-            await self._event(client, Event(what="command_refused", reason=str(exc)[:4096], t=time.time()))
+            await self._event(client, Event(what="command_refused", reason=str(exc)[:4096], t=time.time(), ref=ref))
             return
         assert self._engine_loop is not None
         fut: Future[CommandResult] = asyncio.run_coroutine_threadsafe(self._run_command(cmd), self._engine_loop)
@@ -325,7 +328,8 @@ class ControlPlane:
             result = await asyncio.wrap_future(fut)
         except Exception as exc:  # noqa: BLE001 - reported, never raised into the plane
             await self._event(
-                client, Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time())
+                client,
+                Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time(), ref=ref),
             )
             return
         self.applied += 1
@@ -336,6 +340,8 @@ class ControlPlane:
                 subject=cmd.kind,
                 reason=result.message[:4096],
                 t=time.time(),
+                ref=ref,
+                affected=result.affected,
             ),
         )
 
@@ -406,6 +412,16 @@ class ControlPlane:
             with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
                 return dict(self._heard)
         return {}
+
+
+def _nonce_of(payload: bytes | bytearray) -> str:
+    """The nonce of a command payload, if it has a usable one (to tag the answer), else ""."""
+    try:
+        obj = json.loads(payload)
+    except (ValueError, RecursionError):
+        return ""
+    nonce = obj.get("nonce") if isinstance(obj, dict) else None
+    return nonce if isinstance(nonce, str) and len(nonce) <= _MAX_NONCE and nonce.isalnum() else ""
 
 
 def _verdict_event(v: Verdict) -> Event:

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from warpdeck.engine.control.wire import Event, Telemetry
-from warpdeck.engine.snapshot import ControlView, EngineSnapshot
-from warpdeck.engine.tasks import Phase, State
+from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.snapshot import ControlView, EngineSnapshot, TaskView
+from warpdeck.engine.tasks import Phase, StallReason, State
 
-__all__ = ["COLUMN_SAMPLE", "EventTracker", "summarize"]
+__all__ = ["COLUMN_SAMPLE", "EventTracker", "snapshot_from", "summarize"]
 
 #: Keys sent per board column: more than any terminal shows at once.
 COLUMN_SAMPLE = 200
@@ -99,3 +100,50 @@ class EventTracker:
         if len(self._failed) > _FAILED_MEMORY:  # the snapshot keeps the last 200 failures; forget old ones
             self._failed = {(f.key, f.attempt) for f in snap.failures}
         return out
+
+
+_PHASE_OF = {p.name.lower(): p for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)}
+_STALL_OF = {r.name.lower(): r for r in StallReason if r}
+
+
+def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> EngineSnapshot:
+    """An ``EngineSnapshot`` an attached control room can draw: counts, figures, lanes and workers
+    are exact; the task table holds the sampled keys of each board column. ``timeline`` is the
+    batch records gathered from earlier telemetry (each message carries only the new ones)."""
+    rows: list[tuple[str, int, int, int]] = []  # key, state, phase, stall
+    stalled = {s.key: s for s in tel.stalled}
+    failed = {f.key for f in tel.failures}
+    for column, sample in tel.columns.items():
+        for key in sample:
+            if column == "queued":
+                rows.append((key, State.QUEUED, Phase.NONE, StallReason.NONE))
+            elif column in _PHASE_OF:
+                rows.append((key, State.RUNNING, _PHASE_OF[column], StallReason.NONE))
+            elif column == "stalled":
+                s = stalled.get(key)
+                if s is None:
+                    rows.append((key, State.QUEUED, Phase.NONE, StallReason.CONTROL))
+                else:
+                    rows.append((key, State.RUNNING if s.state == "running" else State.QUEUED,
+                                 _PHASE_OF.get(s.phase, Phase.NONE), _STALL_OF.get(s.reason, StallReason.CONTROL)))
+            elif column == "done":
+                rows.append((key, State.DONE, Phase.NONE, StallReason.NONE))
+            else:
+                rows.append((key, State.FAILED if key in failed else State.CANCELLED, Phase.NONE, StallReason.NONE))
+    keys = [r[0] for r in rows]
+    state = [r[1] for r in rows]
+    phase = [r[2] for r in rows]
+    stall = [r[3] for r in rows]
+    n = len(keys)
+    view = TaskView(keys, _ro(np.array(state, np.int8)), _ro(np.array(phase, np.int8)),
+                    _ro(np.array(stall, np.int8)), _ro(np.zeros(n, np.int16)))
+    return EngineSnapshot(
+        seq=tel.seq, t=tel.t, t0=0.0, pipeline=tel.pipeline, status=tel.status, backend=tel.backend,
+        backend_reason=tel.backend_reason, device=tel.device, counts=tel.counts, tasks=view, stalled=tel.stalled,
+        lanes=tel.lanes, feeder=tel.feeder, timeline=timeline or tel.timeline, figures=tel.figures,
+        failures=tel.failures, workers=tel.workers, control=tel.control)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    a.setflags(write=False)
+    return a

@@ -144,6 +144,10 @@ class Event(_Wire):
     subject: _Text = ""
     reason: _Text = ""
     t: float = 0.0
+    ref: Annotated[str, Field(max_length=64)] = ""
+    """For command outcomes: the command's nonce, so its sender can match the answer."""
+    affected: int = 0
+    """For command outcomes: how many tasks the command touched."""
 
 
 class Telemetry(_Wire):

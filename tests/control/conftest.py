@@ -10,16 +10,6 @@ import pytest
 from wd_broker import Amqtt, Broker, Mosquitto
 
 
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    b = Mosquitto(tmp_path)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
 @pytest.fixture(params=["mosquitto", "amqtt"])
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
     """Each test runs once against Mosquitto and once against the embedded amqtt broker."""

@@ -1,0 +1,209 @@
+"""An engine seen from another machine through its broker: telemetry in, as snapshots; signed
+commands out, each answered by the engine's event for it.
+
+The decisions this module protects:
+- Everything from the broker is validated at the socket (``wire.decode``); a bad message is
+  counted and dropped, as in the engine's own plane.
+- The client runs on a thread and event loop of its own and hands snapshots to a callback, so a UI
+  never waits on the network; it reconnects with backoff.
+- A command is matched to its answer by the nonce it was signed with; no answer within the timeout
+  is reported as such, never guessed.
+- ``--record FILE`` keeps every telemetry message as it came (one JSON object per line), which
+  ``replay`` plays back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import IO, Any
+
+import aiomqtt
+
+from warpdeck.engine.commands import Command, CommandResult
+from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.signing import Signer
+from warpdeck.engine.control.telemetry import snapshot_from
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode
+from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.snapshot import EngineSnapshot
+
+__all__ = ["RemoteEngine", "read_recording"]
+
+_TELEMETRY = frozenset(("telemetry",))
+_EVENTS = frozenset(("event",))
+_STATE = frozenset(("engine_state",))
+
+
+class RemoteEngine:
+    """Attach to ``pipeline`` on the broker at ``address``. ``start()`` returns at once."""
+
+    def __init__(self, address: BrokerAddress, pipeline: str, *, secret: bytes | None = None,
+                 on_snapshot: Callable[[EngineSnapshot], None] | None = None,
+                 record: Path | None = None, timeout_s: float = 5.0) -> None:
+        self.address = address
+        self.topics = Topics(pipeline)
+        self._signer = Signer(secret) if secret else None
+        self.on_snapshot = on_snapshot
+        self._record_path = record
+        self._record: IO[str] | None = None
+        self.timeout_s = timeout_s
+        self.dropped = DropCounter()
+        self.connected = threading.Event()
+        self.engine_state = "unknown"
+        self.error = ""
+        self.events: deque[Event] = deque(maxlen=1000)
+        self.latest: EngineSnapshot | None = None
+        self._timeline: deque[BatchRecord] = deque(maxlen=2048)
+        self._answers: dict[str, asyncio.Future[Event]] = {}
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def can_command(self) -> bool:
+        return self._signer is not None
+
+    # -- lifecycle (any thread) ---------------------------------------------------------------
+    def start(self) -> None:
+        if self._record_path is not None:
+            self._record_path.parent.mkdir(parents=True, exist_ok=True)
+            self._record = self._record_path.open("a", encoding="utf-8")
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="warpdeck-attach",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    def send(self, cmd: Command) -> Future[CommandResult]:
+        """Sign and publish ``cmd``; the future holds the engine's answer (thread-safe)."""
+        if self._signer is None:
+            done: Future[CommandResult] = Future()
+            done.set_result(CommandResult(False, 0, "no command secret: attach with --secret-file or $WARPDECK_SECRET"))
+            return done
+        loop = self._loop
+        if loop is None:
+            early: Future[CommandResult] = Future()
+            early.set_result(CommandResult(False, 0, "not connected yet"))
+            return early
+        return asyncio.run_coroutine_threadsafe(self._send(cmd), loop)
+
+    # -- the client thread ----------------------------------------------------------------------
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = stopping = asyncio.Event()
+        backoff = 0.1
+        while not stopping.is_set():
+            try:
+                async with aiomqtt.Client(**self.address.client_kwargs(), keepalive=5,
+                                          max_queued_incoming_messages=10_000) as client:
+                    await client.subscribe([(self.topics.telemetry, 0), (self.topics.events, 1),
+                                            (self.topics.engine_state, 1)])
+                    self._client = client
+                    self.connected.set()
+                    self.error = ""
+                    backoff = 0.1
+                    reader = asyncio.create_task(self._read(client))
+                    stop = asyncio.create_task(stopping.wait())
+                    done, _ = await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    for t in (reader, stop):
+                        t.cancel()
+                    for t in (reader, stop):
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await t
+                    if reader in done and reader.exception() is not None:
+                        raise reader.exception()  # type: ignore[misc]  # an MqttError: reconnect
+            except aiomqtt.MqttError as exc:
+                self.error = str(exc)
+            finally:
+                self._client = None
+                self.connected.clear()
+            if stopping.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+            backoff = min(2.0, backoff * 2)
+
+    async def _read(self, client: Any) -> None:
+        async for message in client.messages:
+            topic = str(message.topic)
+            payload = message.payload if isinstance(message.payload, bytes | bytearray) else b""
+            try:
+                if topic == self.topics.telemetry:
+                    self._on_telemetry(payload)
+                elif topic == self.topics.events:
+                    ev = decode(payload, _EVENTS)
+                    assert isinstance(ev, Event)
+                    self.events.append(ev)
+                    answer = self._answers.pop(ev.ref, None) if ev.ref else None
+                    if answer is not None and not answer.done():
+                        answer.set_result(ev)
+                elif topic == self.topics.engine_state and payload:
+                    st = decode(payload, _STATE)
+                    assert isinstance(st, EngineState)
+                    self.engine_state = st.state
+                else:  # amqtt also hands out retained messages of topics nobody asked for
+                    self.dropped.drop("wrong_topic", topic)
+            except WireError as exc:
+                self.dropped.drop(exc)
+
+    def _on_telemetry(self, payload: bytes | bytearray) -> None:
+        tel = decode(payload, _TELEMETRY)
+        assert isinstance(tel, Telemetry)
+        if self._record is not None:
+            self._record.write(bytes(payload).decode() + "\n")
+            self._record.flush()
+        self._timeline.extend(tel.timeline)
+        snap = snapshot_from(tel, tuple(self._timeline))
+        self.latest = snap
+        if self.on_snapshot is not None:
+            self.on_snapshot(snap)
+
+    async def _send(self, cmd: Command) -> CommandResult:
+        client = self._client
+        if client is None or self._signer is None:
+            return CommandResult(False, 0, f"not connected to {self.address.url}")
+        signed = self._signer.sign(cmd)
+        answer: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._answers[signed.nonce] = answer
+        try:
+            await client.publish(self.topics.cmd, encode(signed), qos=1)
+            ev = await asyncio.wait_for(answer, self.timeout_s)
+        except TimeoutError:
+            return CommandResult(False, 0, f"no answer from the engine within {self.timeout_s:g} s")
+        except aiomqtt.MqttError as exc:
+            return CommandResult(False, 0, f"not sent: {exc}")
+        finally:
+            self._answers.pop(signed.nonce, None)
+        return CommandResult(ev.what == "command_applied", ev.affected, ev.reason)
+
+
+def read_recording(path: Path) -> Iterator[EngineSnapshot]:
+    """The snapshots of a ``--record`` file, in order (lines that are not telemetry are skipped)."""
+    timeline: deque[BatchRecord] = deque(maxlen=2048)
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                tel = decode(line.strip(), _TELEMETRY)
+            except WireError:
+                continue
+            assert isinstance(tel, Telemetry)
+            timeline.extend(tel.timeline)
+            yield snapshot_from(tel, tuple(timeline))
