@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from warpdeck.engine.control.wire import Event, Telemetry
 from warpdeck.engine.lanes import BatchRecord
@@ -102,6 +104,7 @@ class EventTracker:
         return out
 
 
+_N = TypeVar("_N", bound=np.generic)
 _PHASE_OF = {p.name.lower(): p for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)}
 _STALL_OF = {r.name.lower(): r for r in StallReason if r}
 
@@ -144,6 +147,6 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> Eng
         failures=tel.failures, workers=tel.workers, control=tel.control)
 
 
-def _ro(a: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _ro(a: npt.NDArray[_N]) -> npt.NDArray[_N]:
     a.setflags(write=False)
     return a
