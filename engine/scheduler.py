@@ -43,7 +43,7 @@ from warpdeck.engine.commands import (
     SetDepth,
 )
 from warpdeck.engine.config import PipelineSpec, resolve_target
-from warpdeck.engine.control.heartbeat import WorkerInfo, WorkerProbe
+from warpdeck.engine.control.heartbeat import NvmlSampler, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.monitor import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
@@ -191,11 +191,14 @@ class Engine:
 
     def _start_control(self, settings: ControlSettings) -> None:
         """Join the control plane (a thread of its own); the first batch never waits for it."""
+        # Device load through NVML where the device is a GPU and nvidia-ml-py is installed.
+        # (NVML index 0: the CuPy backend drives device 0; CUDA_VISIBLE_DEVICES may renumber it.)
+        nvml = NvmlSampler(0) if self.backend.name == "cupy" else None
         local = []
         for wid in self.worker_ids:
             lanes = [lane for lane in self.lanes if self._lane_worker[lane.id] == wid]
             local.append((wid, WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version()),
-                          _probe(lanes)))
+                          _probe(lanes, nvml)))
         self.control = ControlPlane(settings, Topics(self.spec.name), workers=local,
                                     latest=lambda: self.publisher.latest, command=self.command,
                                     on_verdict=self._on_verdict)
@@ -643,8 +646,7 @@ class Engine:
         plane = self.control
         if plane is None:
             return tuple(local)
-        busy = {wid: hb.lanes_busy for wid, hb in plane.heard().items()}
-        return merge_workers(local, plane.workers, self.quarantined, busy)
+        return merge_workers(local, plane.workers, self.quarantined, plane.heard())
 
     def _local_worker(self, wid: str, lanes: tuple[LaneView, ...], counts: Counts) -> WorkerView:
         """An in-process worker: some of this engine's lanes on its backend's device. Task counts
@@ -667,11 +669,12 @@ class Engine:
                         tuple(slots))
 
 
-def _probe(lanes: list[Lane]) -> WorkerProbe:
+def _probe(lanes: list[Lane], nvml: NvmlSampler | None) -> WorkerProbe:
     """What one in-process worker's heartbeat reports, read from the heartbeat's thread."""
     return WorkerProbe(progress=lambda: sum(lane.batches_done for lane in lanes),
                        lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
-                       leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()))
+                       leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()),
+                       device_stats=nvml if nvml is not None and nvml.available else None)
 
 
 def feeder_watermarks(spec: PipelineSpec, lanes: int | None = None) -> tuple[int, int]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from warpdeck.engine.control.monitor import WorkerStatus
+from warpdeck.engine.control.wire import Heartbeat
 from warpdeck.engine.snapshot import WorkerView
 
 __all__ = ["local_worker_id", "merge_workers"]
@@ -41,51 +43,32 @@ def merge_workers(
     locals_: Sequence[WorkerView],
     heard: Collection[WorkerStatus],
     quarantined: Collection[str],
-    lanes_busy: Mapping[str, int] | None = None,
+    heartbeats: Mapping[str, Heartbeat] | None = None,
 ) -> tuple[WorkerView, ...]:
-    """The local workers first, then every other worker the monitor knows, by id."""
-    busy = lanes_busy or {}
+    """The local workers first, then every other worker the monitor knows, by id. ``heartbeats``
+    (each worker's newest) adds lanes busy and device load where the worker reports them."""
+    hbs = heartbeats or {}
     rows = list(locals_)
     at = {w.id: i for i, w in enumerate(rows)}
     for st in sorted(heard, key=lambda s: s.worker_id):
-        state = "quarantined" if st.worker_id in quarantined else str(st.state)
-        if st.worker_id in at:
-            local = rows[at[st.worker_id]]
-            rows[at[st.worker_id]] = WorkerView(
-                id=local.id,
-                state="quarantined" if local.state == "quarantined" else state,
-                host=local.host,
-                pid=local.pid,
-                device=local.device,
-                epoch=st.epoch,
-                lanes=local.lanes,
-                lanes_busy=local.lanes_busy,
-                progress=local.progress,
-                tasks_done=local.tasks_done,
-                tasks_failed=local.tasks_failed,
-                heartbeat_age_s=st.heartbeat_age_s,
-                phi=st.phi,
-                util_pct=local.util_pct,
-                mem_used_mb=local.mem_used_mb,
-                mem_total_mb=local.mem_total_mb,
-            )
+        wid = st.worker_id
+        state = "quarantined" if wid in quarantined else str(st.state)
+        hb = hbs.get(wid)
+        dev = hb.device if hb is not None else None
+        if wid in at:
+            local = rows[at[wid]]
+            rows[at[wid]] = replace(
+                local, state="quarantined" if local.state == "quarantined" else state, epoch=st.epoch,
+                heartbeat_age_s=st.heartbeat_age_s, phi=st.phi,
+                util_pct=dev.util_pct if dev else local.util_pct,
+                mem_used_mb=dev.mem_used_mb if dev else local.mem_used_mb,
+                mem_total_mb=dev.mem_total_mb if dev else local.mem_total_mb)
             continue
         info = st.info
-        rows.append(
-            WorkerView(
-                id=st.worker_id,
-                state=state,
-                host=_str(info, "host"),
-                pid=_int(info, "pid"),
-                device=_str(info, "device"),
-                epoch=st.epoch,
-                lanes=_int(info, "lanes"),
-                lanes_busy=busy.get(st.worker_id, int(st.busy)),
-                progress=st.progress or 0,
-                tasks_done=0,
-                tasks_failed=0,
-                heartbeat_age_s=st.heartbeat_age_s,
-                phi=st.phi,
-            )
-        )
+        rows.append(WorkerView(
+            id=wid, state=state, host=_str(info, "host"), pid=_int(info, "pid"), device=_str(info, "device"),
+            epoch=st.epoch, lanes=_int(info, "lanes"), lanes_busy=hb.lanes_busy if hb else int(st.busy),
+            progress=st.progress or 0, tasks_done=0, tasks_failed=0, heartbeat_age_s=st.heartbeat_age_s, phi=st.phi,
+            util_pct=dev.util_pct if dev else None, mem_used_mb=dev.mem_used_mb if dev else None,
+            mem_total_mb=dev.mem_total_mb if dev else None))
     return tuple(rows)
