@@ -29,18 +29,28 @@ class BoardColumn(Vertical):
         super().__init__(id=f"col-{column}")
         self.column = column
         self.title_text = title
+        self._shown_title = title
+        self._title = Static(title, classes="column-title")
+        self._list = TaskList(id=f"list-{column}")
 
     def compose(self) -> ComposeResult:
-        yield Static(self.title_text, classes="column-title")
-        yield TaskList(id=f"list-{self.column}")
+        yield self._title
+        yield self._list
 
     @property
     def list(self) -> TaskList:
-        return self.query_one(TaskList)
+        return self._list
 
-    def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64], total: int, extra: str = "") -> None:
-        """Show ``rows`` of ``snap``; ``total`` is the column's unfiltered count."""
+    def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64], total: int, extra: str = "") -> int:
+        """Show ``rows`` of ``snap``; ``total`` is the column's unfiltered count. Returns how many
+        lines will repaint."""
         shown = len(rows)
         count = f"{shown:,}" if shown == total else f"{shown:,}/{total:,}"
-        self.query_one(".column-title", Static).update(f"{self.title_text} {count}{extra}")
-        self.list.show(snap, rows)
+        title = f"{self.title_text} {count}{extra}"
+        lines = 0
+        if title != self._shown_title:
+            # One line high and as wide as the column whatever it says: no layout needed.
+            self._title.update(title, layout=False)
+            self._shown_title = title
+            lines = 1
+        return lines + self.list.show(snap, rows)

@@ -4,10 +4,18 @@ The decision this module protects: a column may hold a million tasks, so the lis
 array into the snapshot (never a widget or a string per task), renders rows on demand through the
 Line API, and keeps the cursor on the same task across snapshots, so refreshes never make the
 selection jump.
+
+A repaint costs per line, not per task, and most of a snapshot's changes are off screen: ``show``
+compares what each visible line would show (the row and its state, phase, stall, attempt, age and
+cursor) with what was last painted there, and refreshes only the lines that differ. A list whose
+visible rows did not change costs nothing to repaint; a length change moves the scrollbar without a
+screen layout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from math import ceil
 from typing import ClassVar
 
 import numpy as np
@@ -16,10 +24,12 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.cache import LRUCache
+from textual.color import Color
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from warpdeck.engine.api import EngineSnapshot, Phase, StallReason, State
@@ -31,8 +41,8 @@ __all__ = ["TaskList"]
 _STATE_NAMES = {int(s): s.name.lower() for s in State}
 _PHASE_NAMES = {int(p): p.name.lower() for p in Phase if p}
 _STALL_NAMES = {int(r): r.name.lower() for r in StallReason if r}
-_STYLES = ("queued", "fill", "h2d", "compute", "d2h", "sink", "done", "failed", "cancelled", "stall-memory",
-           "stall-control", "stall-backpressure", "stall-worker-lost", "stall-hung")
+#: Badge styles (``Badge.style``: each takes its colour from the theme's ``$wd-<style>``) that are bold.
+_BOLD = frozenset({"failed"})
 
 
 class TaskList(ScrollView, can_focus=True):
@@ -42,8 +52,10 @@ class TaskList(ScrollView, can_focus=True):
     inherit_bindings = False
     BINDINGS: ClassVar = bindings("list")
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"task-list--cursor", "task-list--dim",
-                                             *(f"task-list--{s}" for s in _STYLES)}
+    # Badge colours come straight from the theme's variables, not from a component class each:
+    # Textual restyles every component class of every list on each focus change and screen
+    # switch, and fourteen of them made that the slowest part of a key press.
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"task-list--cursor", "task-list--dim"}
 
     DEFAULT_CSS = """
     TaskList { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; background: $surface; }
@@ -51,23 +63,9 @@ class TaskList(ScrollView, can_focus=True):
     TaskList > .task-list--cursor { background: $panel; text-style: bold; }
     TaskList:focus > .task-list--cursor { background: $accent 35%; }
     TaskList > .task-list--dim { color: $text-muted; }
-    TaskList > .task-list--queued { color: $wd-queued; }
-    TaskList > .task-list--fill { color: $wd-fill; }
-    TaskList > .task-list--h2d { color: $wd-h2d; }
-    TaskList > .task-list--compute { color: $wd-compute; }
-    TaskList > .task-list--d2h { color: $wd-d2h; }
-    TaskList > .task-list--sink { color: $wd-sink; }
-    TaskList > .task-list--done { color: $wd-done; }
-    TaskList > .task-list--failed { color: $wd-failed; text-style: bold; }
-    TaskList > .task-list--cancelled { color: $wd-cancelled; }
-    TaskList > .task-list--stall-memory { color: $wd-stall-memory; }
-    TaskList > .task-list--stall-control { color: $wd-stall-control; }
-    TaskList > .task-list--stall-backpressure { color: $wd-stall-backpressure; }
-    TaskList > .task-list--stall-worker-lost { color: $wd-stall-worker-lost; }
-    TaskList > .task-list--stall-hung { color: $wd-stall-hung; }
     """
 
-    cursor: reactive[int] = reactive(0, layout=False)
+    cursor: reactive[int] = reactive(0, layout=False, repaint=False)  # watch_cursor repaints two lines
     """Index of the highlighted row in the list."""
 
     class Opened(Message):
@@ -85,16 +83,19 @@ class TaskList(ScrollView, can_focus=True):
         self._cursor_row = -1
         # Rendering a row is pure in (row, state, phase, stall, attempt, age, width, cursor): cache
         # the strips, so a snapshot that moved a few tasks repaints only those; styles likewise.
-        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(48)
         self._styles: dict[str, Style] = {}
+        # What each visible line showed when last asked to repaint: (scroll offset, one key a line).
+        self._painted: tuple[int, list[Hashable]] = (-1, [])
 
     # -- data ------------------------------------------------------------------------------------
-    def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64]) -> None:
-        """Show these snapshot rows; the cursor stays on its task if the task is still listed."""
+    def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64]) -> int:
+        """Show these snapshot rows; the cursor stays on its task if the task is still listed.
+        Returns how many visible lines will repaint (those whose row, or what it shows, changed)."""
         self._snap = snap
         self._rows = rows
         self._stall_age = {s.key: s.stalled_s for s in snap.stalled} if snap.stalled else {}
-        self.virtual_size = Size(self.size.width, len(rows))
+        self._set_length(len(rows))
         if self._cursor_row >= 0 and len(rows):
             hit = np.flatnonzero(rows == self._cursor_row)
             new = int(hit[0]) if len(hit) else min(self.cursor, len(rows) - 1)
@@ -102,7 +103,71 @@ class TaskList(ScrollView, can_focus=True):
         elif len(rows) == 0:
             self.set_reactive(TaskList.cursor, 0)
         self._cursor_row = int(rows[self.cursor]) if len(rows) else -1
-        self.refresh()
+        return self._refresh_changed()
+
+    def _set_length(self, length: int) -> None:
+        """Make the list ``length`` rows long. While the scrollbar stays as it is (shown, or not),
+        the screen's layout cannot change, so only the scrollbar and the scroll limit follow; a
+        layout of the whole screen per snapshot would cost more than the repaint itself."""
+        new = Size(self.size.width, length)
+        old = self.virtual_size
+        if new == old:
+            return
+        height = self.scrollable_content_region.height
+        if new.width != old.width or (length > height) != (old.height > height) or not self.size:
+            self.virtual_size = new
+            return
+        self.set_reactive(TaskList.virtual_size, new)
+        if self.show_vertical_scrollbar:
+            # Repainting a scrollbar costs as much as a whole list: only when its thumb moves.
+            bar = self.vertical_scrollbar
+            before = _thumb(bar, bar.window_virtual_size)
+            bar.set_reactive(ScrollBar.window_virtual_size, length)
+            if _thumb(bar, length) != before:
+                bar.refresh()
+        self.scroll_y = self.validate_scroll_y(self.scroll_y)
+        self.scroll_target_y = self.validate_scroll_target_y(self.scroll_target_y)
+
+    def _window(self) -> list[Hashable]:
+        """One key per visible line: what it shows, so two equal keys paint the same strip."""
+        top, height = self.scroll_offset.y, self.size.height
+        snap = self._snap
+        if snap is None:
+            return [None] * height
+        view = snap.tasks
+        idx = self._rows[top:top + height]
+        stall = view.stall[idx].tolist()
+        out: list[Hashable] = []
+        for i, (row, state, phase, stalled, attempt) in enumerate(zip(
+                idx.tolist(), view.state[idx].tolist(), view.phase[idx].tolist(), stall, view.attempt[idx].tolist(),
+                strict=True)):
+            age = self._stall_age.get(view.keys[row]) if stalled else None
+            out.append((row, state, phase, stalled, attempt, _age(age) if age is not None else "",
+                        top + i == self.cursor))
+        out.extend([None] * (height - len(out)))
+        return out
+
+    def _refresh_changed(self) -> int:
+        """Refresh the visible lines whose key changed since the last call (all, if scrolled);
+        returns how many."""
+        top = self.scroll_offset.y
+        window = self._window()
+        old_top, old = self._painted
+        self._painted = (top, window)
+        if old_top != top or len(old) != len(window):
+            self.refresh()
+            return len(window)
+        changed = y = 0
+        while y < len(window):
+            if window[y] == old[y]:
+                y += 1
+                continue
+            start = y
+            while y < len(window) and window[y] != old[y]:
+                y += 1
+            self.refresh_lines(top + start, y - start)
+            changed += y - start
+        return changed
 
     @property
     def count(self) -> int:
@@ -122,7 +187,7 @@ class TaskList(ScrollView, can_focus=True):
     def watch_cursor(self, _old: int, new: int) -> None:
         self._cursor_row = int(self._rows[new]) if len(self._rows) else -1
         self.scroll_to_region(Region(0, new, 1, 1), animate=False, force=True)
-        self.refresh()
+        self._refresh_changed()  # the old and the new cursor line, or all of them if it scrolled
 
     # -- rendering -------------------------------------------------------------------------------
     def notify_style_update(self) -> None:
@@ -134,7 +199,7 @@ class TaskList(ScrollView, can_focus=True):
         width = self.size.width
         index = self.scroll_offset.y + y
         if self._snap is None or index >= len(self._rows):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self._base_style)
         row = int(self._rows[index])
         view = self._snap.tasks
         age = self._stall_age.get(view.keys[row]) if view.stall[row] else None
@@ -142,7 +207,7 @@ class TaskList(ScrollView, can_focus=True):
                      _age(age) if age is not None else "", width, index == self.cursor, self.has_focus)
         strip = self._strips.get(cache_key)
         if strip is None:
-            strip = Strip(self._row_segments(row)).adjust_cell_length(width, self.rich_style)
+            strip = Strip(self._row_segments(row)).adjust_cell_length(width, self._base_style)
             if index == self.cursor:
                 strip = strip.apply_style(self._style("task-list--cursor"))
             self._strips[cache_key] = strip
@@ -163,14 +228,31 @@ class TaskList(ScrollView, can_focus=True):
         else:
             badge = PHASE_GLYPHS[_PHASE_NAMES[int(view.phase[row])]] if state == "running" else STATE_GLYPHS[state]
             out.append(Segment(badge.glyph + " ", self._badge_style(badge)))
-        out.append(Segment(key, self.rich_style))
+        out.append(Segment(key, self._base_style))
         attempt = int(view.attempt[row])
         if attempt > 1:
             out.append(Segment(f" ↻{attempt}", self._style("task-list--dim")))
         return out
 
+    @property
+    def _base_style(self) -> Style:
+        """``rich_style``, which walks every ancestor's styles: once per style change, not per row."""
+        style = self._styles.get("")
+        if style is None:
+            style = self._styles[""] = self.rich_style
+        return style
+
     def _badge_style(self, badge: Badge) -> Style:
-        return self._style(f"task-list--{badge.style}")
+        """The badge's theme colour over the list's background, as a component class would give it."""
+        style = self._styles.get(badge.style)
+        if style is None:
+            colour = Color.parse(self.app.get_css_variables()[f"wd-{badge.style}"])
+            _, background = self.background_colors
+            style = Style.from_color((background + colour).rich_color, background.rich_color if background.a else None)
+            if badge.style in _BOLD:
+                style += Style(bold=True)
+            self._styles[badge.style] = style
+        return style
 
     def _style(self, component: str) -> Style:
         style = self._styles.get(component)
@@ -180,12 +262,15 @@ class TaskList(ScrollView, can_focus=True):
 
     def on_focus(self) -> None:
         self._styles.clear()
+        self.refresh()
 
     def on_blur(self) -> None:
         self._styles.clear()
+        self.refresh()
 
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self._rows))
+        self._painted = (-1, [])
 
     # -- handlers --------------------------------------------------------------------------------
     def on_click(self, event: events.Click) -> None:
@@ -217,6 +302,18 @@ class TaskList(ScrollView, can_focus=True):
         key = self.current_key
         if key is not None:
             self.post_message(self.Opened(key))
+
+
+def _thumb(bar: ScrollBar, virtual: int) -> tuple[int, int]:
+    """Where ``bar``'s thumb starts and ends over ``virtual`` rows, in eighths of a cell: the
+    arithmetic of Textual's ``ScrollBarRender.render_bar``, so equal spans paint the same bar."""
+    size = bar.size.height
+    window = bar.window_size if bar.window_size < virtual else 0
+    if not (window and size and virtual and size != virtual):
+        return (0, 0)
+    thumb = max(1.0, window / (virtual / size))
+    start = int((size - thumb) * (bar.position / (virtual - window)) * 8)
+    return (start, start + ceil(thumb * 8))
 
 
 def _age(seconds: float) -> str:

@@ -1,0 +1,105 @@
+"""A task list repaints only the visible lines whose task, or what it shows of the task, changed
+between two snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+from textual.strip import Strip
+
+from warpdeck.engine.api import EngineSnapshot, State, TaskView
+from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME
+from warpdeck.tui.synthetic import SyntheticRun
+from warpdeck.tui.widgets.task_list import TaskList
+
+TASKS = 1000
+HEIGHT = 10
+KEYS = [f"task-{i:04d}" for i in range(TASKS)]
+_BASE = SyntheticRun(TASKS, seed=1).snapshot_at(0.0)
+
+
+def _snapshot(seq: int, failed: tuple[int, ...] = ()) -> EngineSnapshot:
+    """Every task queued, except the ``failed`` rows."""
+    state = np.zeros(TASKS, np.int8)
+    state[list(failed)] = State.FAILED
+    view = TaskView(KEYS, state, np.zeros(TASKS, np.int8), np.zeros(TASKS, np.int8), np.ones(TASKS, np.int16))
+    return dataclasses.replace(_BASE, seq=seq, tasks=view, stalled=())
+
+
+class CountingList(TaskList):
+    """A task list that notes which lines it was asked to render."""
+
+    def __init__(self) -> None:
+        super().__init__(id="list")
+        self.rendered: list[int] = []
+
+    def render_line(self, y: int) -> Strip:
+        self.rendered.append(y)
+        return super().render_line(y)
+
+
+class ListApp(App[None]):
+    CSS = f"CountingList {{ height: {HEIGHT}; }}"
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(BUILTIN_THEMES[DEFAULT_THEME].variables)  # the task list's $wd-* colours
+
+    def compose(self) -> ComposeResult:
+        yield CountingList()
+
+
+def _run(scenario: Callable[[ListApp, CountingList, Pilot[None]], Any]) -> None:
+    async def main() -> None:
+        app = ListApp()
+        async with app.run_test(size=(40, HEIGHT + 2)) as pilot:
+            lst = app.query_one(CountingList)
+            lst.show(_snapshot(1), np.arange(TASKS))
+            await pilot.pause()
+            assert lst.rendered, "the first snapshot paints every visible line"
+            lst.rendered.clear()
+            await scenario(app, lst, pilot)
+    asyncio.run(main())
+
+
+def test_changes_off_screen_repaint_nothing() -> None:
+    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
+        # Rows 500 and 900 fail: both far below the ten rows on screen.
+        assert lst.show(_snapshot(2, failed=(500, 900)), np.arange(TASKS)) == 0
+        await pilot.pause()
+        assert lst.rendered == []
+    _run(scenario)
+
+
+def test_a_visible_change_repaints_its_line_only() -> None:
+    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
+        assert lst.show(_snapshot(2, failed=(3, 900)), np.arange(TASKS)) == 1
+        await pilot.pause()
+        assert lst.rendered == [3]
+        assert "✗" in lst.render_line(3).text and "✗" not in lst.render_line(2).text
+    _run(scenario)
+
+
+def test_rows_moving_up_repaint_every_line() -> None:
+    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
+        # The head of the queue left: every visible line now shows another task.
+        assert lst.show(_snapshot(2), np.arange(7, TASKS)) == HEIGHT
+        await pilot.pause()
+        assert sorted(set(lst.rendered)) == list(range(HEIGHT))
+    _run(scenario)
+
+
+def test_moving_the_cursor_repaints_the_two_lines_it_leaves_and_reaches() -> None:
+    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
+        lst.focus()
+        await pilot.pause()
+        lst.rendered.clear()
+        await pilot.press("j")
+        assert lst.cursor == 1
+        assert sorted(set(lst.rendered)) == [0, 1]
+    _run(scenario)
