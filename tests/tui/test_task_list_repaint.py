@@ -1,5 +1,5 @@
 """A task list repaints only the visible lines whose task, or what it shows of the task, changed
-between two snapshots."""
+between two snapshots; the board spreads a snapshot over frames and ends up showing all of it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ from textual.strip import Strip
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME
+from warpdeck.tui.app import WarpdeckApp
+from warpdeck.tui.board_model import board_rows
+from warpdeck.tui.link import StreamLink
+from warpdeck.tui.screens.board import BoardScreen
 from warpdeck.tui.synthetic import SyntheticRun
+from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.task_list import TaskList
 
 TASKS = 1000
@@ -103,3 +108,28 @@ def test_moving_the_cursor_repaints_the_two_lines_it_leaves_and_reaches() -> Non
         assert lst.cursor == 1
         assert sorted(set(lst.rendered)) == [0, 1]
     _run(scenario)
+
+
+def test_the_board_spreads_a_snapshot_over_frames_and_shows_all_of_it() -> None:
+    run = SyntheticRun(200_000, seed=3, transitions_per_s=10_000)
+    first, second = run.snapshot_at(3.0, seq=1), run.snapshot_at(6.0, seq=2)
+
+    async def main() -> None:
+        app = WarpdeckApp(StreamLink([first]))
+        async with app.run_test(size=(160, 48)) as pilot:
+            board = app.screen
+            assert isinstance(board, BoardScreen)
+            while board.shown_seq != 1:
+                await pilot.pause()
+            app.snapshot = second
+            # More visible lines changed than one frame may repaint: the rest follow in later frames.
+            assert board.shown_seq == -1
+            for _ in range(200):
+                if board.shown_seq == 2:
+                    break
+                await pilot.pause()
+            assert board.shown_seq == 2
+            expected = board_rows(second)
+            for column in board.query(BoardColumn):
+                assert column.list.count == len(expected.rows[column.column]), column.column
+    asyncio.run(main())

@@ -1,21 +1,38 @@
-"""The board: every task in one of eight columns, queued through running phases to done."""
+"""The board: every task in one of eight columns, queued through running phases to done.
+
+The decision this module protects: a key press is never queued behind a whole board's repaint.
+At ten thousand transitions a second nearly every visible row of six columns changes between two
+snapshots, and repainting them all in one frame takes longer than a key may wait. So a snapshot
+is spread over a few frames: the status bar, then the columns (the focused one first) at most
+``LINES_PER_FRAME`` changed lines a frame, then the figures strip; each next part is handed out
+after the frame before it is painted, and keys are handled in between. The two bars get a frame
+each because Textual repaints the box around everything dirty: a bar at the top and one at the
+bottom in one frame make it the whole screen. A newer snapshot replaces the one being spread
+(latest wins) and the parts it had not reached yet go first, so none is starved. The first
+snapshot the board shows is painted whole.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.reactive import Reactive
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
-from warpdeck.tui.board_model import COLUMNS, board_rows
+from warpdeck.tui.board_model import COLUMNS, BoardRows, board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
+from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.task_list import TaskList
 
@@ -31,10 +48,24 @@ class BoardScreen(Screen[None]):
     BoardScreen #columns { height: 1fr; }
     """
 
+    LINES_PER_FRAME: ClassVar[int] = 100
+    """Changed task-list lines one frame may repaint for a snapshot (a board column is ~44 high)."""
+
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
+    """Textual's, less its repaint of the whole screen on every focus change (``h``/``l``): the
+    widgets whose look follows focus (the two lists, their columns' titles) are restyled, and so
+    repainted, by the focus change itself."""
+
     def __init__(self) -> None:
         super().__init__(name="board")
         self._seen: tuple[int, str] = (-1, "")
         self._filter = TaskFilter()
+        self._snap: EngineSnapshot | None = None
+        self._board: BoardRows | None = None
+        self._todo: list[BoardColumn | StatusBar | FiguresStrip] = []
+        self._spreading = False
+        self.shown_seq = -1
+        """The snapshot every column shows (-1: none yet, or one is still being spread)."""
 
     def compose(self) -> ComposeResult:
         yield StatusBar("board")
@@ -42,9 +73,11 @@ class BoardScreen(Screen[None]):
             for cid, title in COLUMNS:
                 yield BoardColumn(cid, title)
         yield FiguresStrip()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
+        self._status, self._figures = self.query_one(StatusBar), self.query_one(FiguresStrip)
+        self._status.paced = self._figures.paced = True
         self.watch(self.app, "snapshot", self._changed)
         self.watch(self.app, "task_filter", self._new_filter, init=True)
         self.query_one("#list-queued", TaskList).focus()
@@ -58,15 +91,62 @@ class BoardScreen(Screen[None]):
         self._changed(getattr(self.app, "snapshot", None))
 
     def _changed(self, snap: EngineSnapshot | None) -> None:
-        if snap is None or not self.is_current or self._seen == (snap.seq, self._filter.text):
+        if snap is None or not self.is_current:
             return
-        self._seen = (snap.seq, self._filter.text)
-        board = board_rows(snap, self._filter.mask(snap.tasks))
-        for column in self.query(BoardColumn):
+        first = self._board is None
+        if self._seen != (snap.seq, self._filter.text):
+            self._seen = (snap.seq, self._filter.text)
+            self._snap, self._board = snap, board_rows(snap, self._filter.mask(snap.tasks))
+            columns = list(self.query(BoardColumn))
+            focused = self.focused.parent if isinstance(self.focused, TaskList) else None
+            columns.sort(key=lambda c: c is not focused)  # stable: the focused column, then board order
+            parts = [self._status, *columns, self._figures]
+            self._todo = self._todo + [p for p in parts if p not in self._todo]
+            self.shown_seq = -1
+        if first:
+            self._show_some(whole=True)
+        elif self._todo and not self._spreading:
+            self._spreading = True
+            self._spread()
+
+    @work(group="board-paint")
+    async def _spread(self) -> None:
+        """Hand the newest board out a frame's worth at a time, each part after the last is painted."""
+        try:
+            while self._todo and self.is_current:
+                self._show_some()
+                if self._todo:
+                    await asyncio.sleep(0)  # the parts' repaint requests reach the screen first
+                    # The wait rides on the top screen: one pushed and popped meanwhile (the filter
+                    # prompt) takes it along, so a few frames' wait is the most it gets.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.25):
+                            await self.wait_for_refresh()
+        finally:
+            self._spreading = False
+
+    def _show_some(self, whole: bool = False) -> None:
+        """Show the newest board in the parts still to do, until this frame's lines are spent."""
+        snap, board = self._snap, self._board
+        if snap is None or board is None:
+            return
+        budget = self.LINES_PER_FRAME
+        while self._todo and (whole or budget > 0):
+            part = self._todo[0]
+            if not isinstance(part, BoardColumn):  # a bar as wide as the screen: a frame of its own
+                if budget < self.LINES_PER_FRAME and not whole:
+                    break
+                self._todo.pop(0)
+                part.refresh()
+                budget = 0
+                continue
+            self._todo.pop(0)
             extra = ""
-            if column.column == "finished" and (board.failed or board.cancelled):
+            if part.column == "finished" and (board.failed or board.cancelled):
                 extra = f" ✗{board.failed:,}" + (f" ⊘{board.cancelled:,}" if board.cancelled else "")
-            column.show(snap, board.rows[column.column], board.totals[column.column], extra)
+            budget -= part.show(snap, board.rows[part.column], board.totals[part.column], extra)
+        if not self._todo:
+            self.shown_seq = snap.seq
 
     def focused_key(self) -> str | None:
         """The highlighted task of the focused column."""

@@ -6,11 +6,11 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
+from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.lane_timeline import LaneTimeline
 from warpdeck.tui.widgets.status_bar import StatusBar
 
@@ -29,7 +29,7 @@ class TimelineScreen(Screen[None]):
         yield StatusBar("timeline")
         yield LaneTimeline()
         yield FiguresStrip()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._changed, init=True)

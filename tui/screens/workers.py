@@ -6,11 +6,12 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
+from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
 
@@ -35,7 +36,7 @@ class WorkersScreen(Screen[None]):
         yield Static("", classes="summary", id="workers-summary")
         yield WorkerTable()
         yield FiguresStrip()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._changed, init=True)

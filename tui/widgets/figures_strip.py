@@ -42,6 +42,8 @@ class FiguresStrip(Widget):
         self._snap: EngineSnapshot | None = None
         self._rates: deque[float] = deque(maxlen=120)
         self._last_seq = -1
+        self.paced = False
+        """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._update, init=True)
@@ -52,7 +54,8 @@ class FiguresStrip(Widget):
         self._last_seq = snap.seq
         self._snap = snap
         self._rates.append(snap.figures.recent_tasks_s)
-        self.refresh()
+        if not self.paced:
+            self.refresh()
 
     def render(self) -> Text:
         snap = self._snap

@@ -27,6 +27,8 @@ class StatusBar(Widget):
         super().__init__()
         self.screen_name = screen_name
         self._snap: EngineSnapshot | None = None
+        self.paced = False
+        """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._update, init=True)
@@ -35,7 +37,8 @@ class StatusBar(Widget):
 
     def _update(self, snap: EngineSnapshot | None) -> None:
         self._snap = snap
-        self.refresh()
+        if not self.paced:
+            self.refresh()
 
     def render(self) -> Text:
         line = Text(no_wrap=True, overflow="ellipsis")
