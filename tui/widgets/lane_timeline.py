@@ -3,6 +3,10 @@
 The decision this module protects: overlap is the product's point, so the timeline draws what each
 phase of each lane was doing in each slice of time (a cell's height is the busy fraction of its
 slice), and a slice in which a phase did nothing is drawn as an idle dot, so gaps stand out.
+
+While following, every snapshot moves every cell, so the whole timeline is redrawn ten times a
+second: its lines are built as strips (the Line API), straight from segments, once per snapshot,
+never through rich Text and its per-span layout.
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from rich.text import Text
+from rich.segment import Segment
+from rich.style import Style
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
@@ -23,6 +29,7 @@ PHASES = ("fill", "h2d", "compute", "d2h", "sink")
 #: Window lengths in seconds, shortest first.
 ZOOMS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 _LEVELS = " ▁▂▃▄▅▆▇█"
+_GLYPHS = np.array(list("·" + _LEVELS[1:]))  # 0: idle, 1..8: busy eighths
 _LABEL = 10
 
 
@@ -81,6 +88,13 @@ class LaneTimeline(Widget):
         super().__init__(id="lane-timeline")
         self._snap: EngineSnapshot | None = None
         self._frozen_end: float | None = None
+        self._built: tuple[object, list[Strip]] = (None, [])
+        self._styles: dict[str, Style] = {}
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._built = (None, [])
 
     def validate_zoom(self, value: int) -> int:
         return max(0, min(value, len(ZOOMS) - 1))
@@ -101,38 +115,59 @@ class LaneTimeline(Widget):
     def window_s(self) -> float:
         return ZOOMS[self.zoom]
 
-    def render(self) -> Text:
-        snap = self._snap
-        out = Text(no_wrap=True, overflow="crop")
+    def render_line(self, y: int) -> Strip:
+        lines = self._lines()
+        return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.rich_style)
+
+    def _lines(self) -> list[Strip]:
+        """Every line, built once per snapshot, size, zoom and style."""
+        key = (id(self._snap), self._frozen_end, self.zoom, self.size.width)
+        if self._built[0] != key:
+            self._built = (key, self._build())
+        return self._built[1]
+
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.rich_style if not name else self.get_component_rich_style(name)
+        return style
+
+    def _build(self) -> list[Strip]:
+        snap, width, base = self._snap, self.size.width, self._style("")
+        lines: list[list[Segment]] = []
         if snap is None:
-            return out.append("waiting for the engine…")
+            lines.append([Segment("waiting for the engine…", base)])
+            return [Strip(line).adjust_cell_length(width, base) for line in lines]
         end = self._frozen_end if self._frozen_end is not None else snap.t0 + snap.t
         start = end - self.window_s
-        cells = max(1, self.size.width - _LABEL - 2)
+        cells = max(1, width - _LABEL - 2)
         cov = coverage(snap, len(snap.lanes), start, end, cells)
         f = snap.figures
-        head = self.get_component_rich_style("lane-timeline--head")
-        out.append(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", head)
-        out.append(f"  (bound {f.bound_tasks_s:,.0f} tasks/s, steady {f.steady_tasks_s:,.0f} tasks/s, "
-                   f"no overlap {f.serial_bound_tasks_s:,.0f})\n")
+        head, idle = self._style("lane-timeline--head"), self._style("lane-timeline--idle")
+        lines.append([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", head),
+                      Segment(f"  (bound {f.bound_tasks_s:,.0f} tasks/s, steady {f.steady_tasks_s:,.0f} tasks/s, "
+                              f"no overlap {f.serial_bound_tasks_s:,.0f})", base)])
         mode = "following" if self._frozen_end is None else "frozen (f follows)"
-        out.append(f"window {self.window_s:g} s · {mode} · [ ] zoom\n\n")
-        idle = self.get_component_rich_style("lane-timeline--idle")
+        lines.append([Segment(f"window {self.window_s:g} s · {mode} · [ ] zoom", base)])
+        lines.append([])
         for lane in snap.lanes:
             occ = f.occupancy.get(lane.id, {})
-            out.append(f"lane {lane.id}", head)
-            out.append(f"  depth {lane.depth} · {lane.status} · {lane.batches_done:,} batches · compute busy "
-                       f"{occ.get('compute', 0.0) * 100:.0f}%\n")
+            lines.append([Segment(f"lane {lane.id}", head),
+                          Segment(f"  depth {lane.depth} · {lane.status} · {lane.batches_done:,} batches · compute "
+                                  f"busy {occ.get('compute', 0.0) * 100:.0f}%", base)])
             for p, phase in enumerate(PHASES):
-                style = self.get_component_rich_style(f"lane-timeline--{phase}")
-                out.append(f"  {phase:<{_LABEL - 2}}", style)
+                style = self._style(f"lane-timeline--{phase}")
                 row = cov[lane.id, p] if lane.id < len(cov) else np.zeros(cells)
-                for value in row.tolist():
-                    if value < 0.02:
-                        out.append("·", idle)
-                    else:
-                        out.append(_LEVELS[max(1, min(8, round(value * 8)))], style)
-                out.append("\n")
+                lines.append([Segment(f"  {phase:<{_LABEL - 2}}", style), *_bar(row, style, idle)])
         left = f"-{self.window_s:g}s"
-        out.append(" " * _LABEL + left + " " * max(1, cells - len(left) - 3) + "now")
-        return out
+        lines.append([Segment(" " * _LABEL + left + " " * max(1, cells - len(left) - 3) + "now", base)])
+        return [Strip(line).adjust_cell_length(width, base) for line in lines]
+
+
+def _bar(row: npt.NDArray[np.float64], busy: Style, idle: Style) -> list[Segment]:
+    """A cell each: an idle dot, or the busy fraction in eighths. (One segment a cell, not a run:
+    an exported SVG places each segment's glyphs by the font's widths, and block glyphs are not
+    all one cell wide in every font.)"""
+    level = np.where(row < 0.02, 0, np.clip(np.rint(row * 8), 1, 8)).astype(np.intp)
+    return [Segment(glyph, busy if n else idle) for glyph, n in zip(_GLYPHS[level].tolist(), level.tolist(),
+                                                                     strict=True)]
