@@ -2,10 +2,19 @@
 
 Screens and widgets derive what they show from ``snapshot``; keys become commands through the
 link (``actions.py``). Repaints follow snapshots, at most ``MAX_REPAINT_HZ`` a second.
+
+Once the first snapshot is painted, the app freezes the garbage collector's view of everything
+alive (``gc.freeze``): the imports, the DOM and the engine's task table (a list holding a key
+string per task). A full collection walks every object it tracks; with a million keys and
+Textual's caches that took over 100 ms on the UI loop, every few seconds, and a key pressed then
+waited for it. Afterwards a full collection walks only what was made since (a few ms). Frozen
+objects are still freed when nothing refers to them; only garbage in reference cycles among them
+waits, until the app exits and gives them back (``gc.unfreeze``).
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -73,6 +82,7 @@ class WarpdeckApp(PipelineActions, App[int]):
         self._pending: EngineSnapshot | None = None
         self._last_paint = 0.0
         self._paint_timer: Timer | None = None
+        self._frozen = False
         self.readonly_note = "read-only" if link.readonly else ""
 
     @property
@@ -91,6 +101,8 @@ class WarpdeckApp(PipelineActions, App[int]):
 
     async def on_unmount(self) -> None:
         self.link.stop()
+        if self._frozen:
+            gc.unfreeze()
 
     # -- snapshots ---------------------------------------------------------------------------------
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
@@ -106,6 +118,9 @@ class WarpdeckApp(PipelineActions, App[int]):
         if self._pending is not None:
             self._last_paint = time.monotonic()
             self.snapshot, self._pending = self._pending, None
+            if not self._frozen:
+                self._frozen = True
+                self.call_after_refresh(gc.freeze)
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message
@@ -118,6 +133,13 @@ class WarpdeckApp(PipelineActions, App[int]):
                         f"{r.counts.cancelled:,} cancelled — q quits", title="run over", timeout=15)
 
     # -- screens -----------------------------------------------------------------------------------
+    def delay_update(self, delay: float = 0.05) -> None:
+        """Textual holds every repaint back for ``delay`` (50 ms) after a screen switch, to hide the
+        new screen being laid out. That hold alone is the whole key-to-repaint budget (DESIGN.md
+        section 9), and these screens are laid out once and kept: so the hold ends at once, and the
+        switch paints on the next frame."""
+        super().delay_update(0.001)  # (a zero delay divides by zero in Textual's timer)
+
     def action_screen(self, name: str) -> None:
         if name in SCREENS_IN_ORDER and self.current_mode != name:
             self.switch_mode(name)
