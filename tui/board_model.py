@@ -48,7 +48,7 @@ def _code_table() -> npt.NDArray[np.uint8]:
 
 
 _CODES = _code_table()
-assert Phase.SINK == 5 and max(State) < 8 and max(Phase) < 8  # the table's layout relies on these
+assert int(Phase.SINK) == 5 and max(State) < 8 and max(Phase) < 8  # the table's layout relies on these
 
 
 class _Scratch(threading.local):

@@ -100,7 +100,7 @@ class BoardScreen(Screen[None]):
             columns = list(self.query(BoardColumn))
             focused = self.focused.parent if isinstance(self.focused, TaskList) else None
             columns.sort(key=lambda c: c is not focused)  # stable: the focused column, then board order
-            parts = [self._status, *columns, self._figures]
+            parts: list[BoardColumn | StatusBar | FiguresStrip] = [self._status, *columns, self._figures]
             self._todo = self._todo + [p for p in parts if p not in self._todo]
             self.shown_seq = -1
         if first:
