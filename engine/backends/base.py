@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures as cf
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -183,6 +184,7 @@ class StreamSet:
             for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
         }
         self._closed = threading.Event()
+        _track(self)
 
     def submit(self, phase: Phase, job: Callable[[], Any],
                deps: Sequence[Marker] = (), device_deps: bool = False) -> Marker:
@@ -217,6 +219,29 @@ class StreamSet:
         self._closed.set()
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+_LIVE: weakref.WeakSet[StreamSet] = weakref.WeakSet()
+_exit_hook = False
+
+
+def _track(streams: StreamSet) -> None:
+    """Remember ``streams`` so that interpreter exit can release its waiting jobs.
+
+    At exit Python joins every executor thread. An engine still running then (a daemon thread, a
+    test that did not stop it) has jobs waiting on releases that will never come, and the join
+    would hang the finished process. This hook, registered after concurrent.futures' own (so run
+    before it), marks every live stream set closed, and the waiting jobs give up."""
+    global _exit_hook  # noqa: PLW0603 - once per process
+    _LIVE.add(streams)
+    if not _exit_hook:
+        _exit_hook = True
+        threading._register_atexit(_close_all)  # type: ignore[attr-defined]
+
+
+def _close_all() -> None:
+    for s in list(_LIVE):
+        s._closed.set()
 
 
 class StreamsClosed(RuntimeError):

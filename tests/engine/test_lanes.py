@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +135,22 @@ def test_cancelling_a_running_engine_ends_every_lane_thread(after_done: int) -> 
     while set(_lane_threads()) - before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not set(_lane_threads()) - before, f"lane threads still alive: {sorted(set(_lane_threads()) - before)}"
+
+
+def test_a_process_exits_even_with_a_stream_job_waiting_for_ever(tmp_path: Path) -> None:
+    # Python joins executor threads at exit. A job waiting on a release nobody will free (an
+    # engine left running whose loop no longer turns) must not keep the finished process alive.
+    script = tmp_path / "left_waiting.py"
+    script.write_text(
+        "from warpdeck.engine.backends.base import StreamSet, pending_marker\n"
+        "from warpdeck.engine.tasks import Phase\n"
+        "streams = StreamSet(0)\n"
+        "streams.submit(Phase.D2H, lambda: None, [pending_marker(Phase.SINK)])\n"
+        "print('leaving', flush=True)\n")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the process hung at exit") from None
+    assert "leaving" in proc.stdout, proc.stderr
+    assert time.monotonic() - t0 < 30
