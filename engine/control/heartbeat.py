@@ -42,6 +42,10 @@ from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, e
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
 
+#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
+#: property-based test notices when a background thread draws from it).
+_JITTER = random.Random()
+
 
 def _zero() -> int:
     return 0
@@ -194,7 +198,7 @@ class Heartbeater:
                         return
                     self.reconnects += 1
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+                        await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
                     backoff = min(2.0, backoff * 2)
         finally:
             self.connected.clear()

@@ -55,6 +55,10 @@ from warpdeck.engine.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
 
+#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
+#: property-based test notices when a background thread draws from it).
+_JITTER = random.Random()
+
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
 _CMD_KINDS = frozenset(("cmd",))
@@ -227,7 +231,7 @@ class ControlPlane:
                     return
                 self.reconnects += 1
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+                    await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
                 backoff = min(2.0, backoff * 2)
 
     async def _serve(self, client: Any, stopping: asyncio.Event) -> None:

@@ -37,6 +37,10 @@ from warpdeck.engine.snapshot import EngineSnapshot
 
 __all__ = ["RemoteEngine", "read_recording"]
 
+#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
+#: property-based test notices when a background thread draws from it).
+_JITTER = random.Random()
+
 _TELEMETRY = frozenset(("telemetry",))
 _EVENTS = frozenset(("event",))
 _STATE = frozenset(("engine_state",))
@@ -138,7 +142,7 @@ class RemoteEngine:
             if stopping.is_set():
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), backoff * random.uniform(0.5, 1.0))
+                await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
             backoff = min(2.0, backoff * 2)
 
     async def _read(self, client: Any) -> None:
