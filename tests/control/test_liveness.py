@@ -59,6 +59,7 @@ def test_a_stuck_worker_is_hung_while_its_heartbeats_continue(broker: Broker) ->
     with _engine(broker, "stuck", stuck_after_s=1.0) as et, \
             workers(WorkerProcess(broker.url, "w-stuck", "stuck", work="stuck"),
                     WorkerProcess(broker.url, "w-busy", "stuck", work="steady")):
+        wait_for(lambda: et.state_of("w-busy") == "online", 10, "the busy worker heard")
         wait_for(lambda: et.state_of("w-stuck") == "hung", 6, "stuck worker hung")
         stuck = et.worker("w-stuck")
         assert stuck.heartbeat_age_s is not None and stuck.heartbeat_age_s < 1.0, "its heartbeats still flow"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import os
 import subprocess
 import sys
@@ -85,7 +86,9 @@ class EngineThread:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
-        assert not self._thread.is_alive(), "engine thread did not stop"
+        if self._thread.is_alive():
+            faulthandler.dump_traceback(all_threads=True)  # where it hangs, for the log
+            raise AssertionError("engine thread did not stop within 30 s")
 
     def finished(self) -> bool:
         return self.report is not None
