@@ -248,7 +248,8 @@ class WarpdeckApp(PipelineActions, App[int]):
 
     def action_quit_app(self) -> None:
         snap = self.snapshot
-        if snap is not None and not snap.finished and self.stopped is None and not self.link.readonly:
+        if (snap is not None and not snap.finished and self.stopped is None and not self.link.readonly
+                and self.link.owns_engine):
             self.push_screen(ConfirmScreen("Work is still running. Quit and stop the pipeline? "
                                            "(The journal keeps what is done.)"),
                              lambda yes: self.exit(1, return_code=1) if yes else None)

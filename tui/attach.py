@@ -29,7 +29,9 @@ __all__ = ["AttachLink", "replay_link"]
 
 
 class AttachLink(_Refusals):
-    """The control room over a remote engine; ``readonly`` sends nothing."""
+    """The control room over a remote engine; ``readonly`` sends nothing. Quitting detaches."""
+
+    owns_engine = False
 
     def __init__(self, address: BrokerAddress, pipeline: str, *, secret: bytes | None = None,
                  readonly: bool = False, record: Path | None = None) -> None:

@@ -51,6 +51,9 @@ class Link(Protocol):
 
     readonly: bool
     sent: list[SentCommand]
+    #: True when quitting the app stops the engine (it runs in this process); False when the app
+    #: only watches (attached to an engine elsewhere, or a replay).
+    owns_engine: bool
 
     def start(self, post: Post) -> None:
         """Begin delivering messages through ``post`` (thread-safe)."""
@@ -80,6 +83,8 @@ class _Refusals:
 
 class EngineLink(_Refusals):
     """Runs ``Engine(spec, run_dir)`` on a thread of its own and links the app to it."""
+
+    owns_engine = True
 
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *, backend: Backend | None = None,
                  readonly: bool = False, **engine_options: Any) -> None:
@@ -185,6 +190,8 @@ class StreamLink(_Refusals):
     """Delivers the given snapshots in order, ``interval`` seconds apart (0: all at once).
 
     Commands are recorded and refused: there is no engine behind a stream."""
+
+    owns_engine = False
 
     def __init__(self, snapshots: Iterable[EngineSnapshot], *, interval: float = 0.0,
                  details: dict[str, TaskDetail] | None = None) -> None:

@@ -41,6 +41,9 @@ async def _attached(mosquitto: Mosquitto, tmp_path: Path) -> None:
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq > seq + 1)
             assert app.snapshot.counts == et.snapshot().counts
             assert app.snapshot.pipeline == "attach"
+            await pilot.press("q")  # detaches at once: the engine is not ours to stop
+        assert app.return_code == 0
+        assert not eng.feeder.draining and et.engine is not None and not et.finished()
         link.stop()
     # What was recorded plays back in the control room.
     replay = replay_link(tmp_path / "rec.jsonl", speed=50)
