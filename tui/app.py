@@ -24,7 +24,7 @@ from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.timer import Timer
 
-from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Resume, RetryFailed
+from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Quarantine, Release, Resume, RetryFailed
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME, all_themes
 from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.command_line import CommandLineError, IdSuggester, Parsed, parse
@@ -216,6 +216,10 @@ class WarpdeckApp(PipelineActions, App[int]):
             self._command_screen(args[0])
         elif v == "theme":
             self._command_theme(args[0])
+        elif v == "quarantine":
+            await self.send(Quarantine(worker=args[0]), undo=("quarantine", Release(worker=args[0])))
+        elif v == "release":
+            await self.send(Release(worker=args[0]), undo=("release", Quarantine(worker=args[0])))
         elif v == "worker":
             self.action_screen("workers")
             if not self.screen.highlight(args[0]):  # type: ignore[attr-defined]

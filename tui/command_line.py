@@ -33,6 +33,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "screen": ("word", "board, workers or timeline"),
     "theme": ("word", "switch to a theme by name"),
     "worker": ("word", "show the workers screen with this worker highlighted"),
+    "quarantine": ("word", "give a worker no new batches until it is released"),
+    "release": ("word", "give a quarantined worker batches again"),
     "follow": ("", "toggle following the newest"),
     "help": ("", "every key"),
     "quit": ("", "leave the control room"),
@@ -102,7 +104,7 @@ class IdSuggester(Suggester):
         snap = self._snapshot()
         if snap is None:
             return []
-        if verb == "worker":
+        if verb in ("worker", "quarantine", "release"):
             return [w.id for w in snap.workers]
         if VERBS.get(verb, ("",))[0] in ("keys", "keys?"):
             # First match in table order; the key list is append-only, so this is a plain scan.

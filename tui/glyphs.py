@@ -51,4 +51,6 @@ WORKER_GLYPHS: dict[str, Badge] = {
     "stale": Badge("◌", "stale", "worker-stale"),
     "dead": Badge("✗", "dead", "worker-dead"),
     "quarantined": Badge("⊘", "quarantined", "worker-quarantined"),
+    # Heartbeats flow, progress does not: the stall colour of a hung task.
+    "hung": Badge("⧗", "hung", "stall-hung"),
 }

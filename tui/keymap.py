@@ -81,6 +81,8 @@ KEYS: tuple[Key, ...] = (
     Key("enter", "open", "Task detail: history, attempts, traceback", "Task list", scope="list", palette=False),
     # -- workers
     Key("s", "sort", "Sort by the next column", "Workers", scope="workers"),
+    Key("z", "quarantine", "Quarantine the highlighted worker, or release it (undoable)", "Workers",
+        scope="workers"),
     # -- timeline
     Key("right_square_bracket", "zoom(-1)", "Zoom in (shorter window)", "Timeline", scope="timeline",
         display="]"),

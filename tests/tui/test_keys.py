@@ -10,7 +10,17 @@ import pytest
 from textual.widgets import Input
 from wd_tui import engine_app, slow_spec, until
 
-from warpdeck.engine.api import Cancel, Drain, Pause, RequeueStalled, Resume, RetryFailed, SetDepth
+from warpdeck.engine.api import (
+    Cancel,
+    Drain,
+    Pause,
+    Quarantine,
+    Release,
+    RequeueStalled,
+    Resume,
+    RetryFailed,
+    SetDepth,
+)
 from warpdeck.tui.keymap import KEYS
 from warpdeck.tui.screens.confirm import ConfirmScreen
 from warpdeck.tui.screens.detail import DetailScreen
@@ -285,3 +295,20 @@ def test_every_key_is_on_the_help_screen() -> None:
     text = console.export_text()
     for key in KEYS:
         assert key.description in text, key
+
+
+def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with engine_app(tmp_path) as (app, pilot, link):
+            await pilot.press("2")
+            await until(pilot, lambda: app.screen.name == "workers")
+            wid = app.snapshot.workers[0].id
+            await pilot.press("z")
+            await until(pilot, lambda: len(link.sent) == 1)
+            assert commands(link) == [Quarantine(worker=wid)] and link.sent[0].result.ok
+            await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
+            await pilot.press("u")
+            await until(pilot, lambda: len(link.sent) == 2)
+            assert commands(link)[1] == Release(worker=wid)
+            await until(pilot, lambda: app.snapshot.workers[0].state == "online")
+    asyncio.run(scenario())

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Static
 
-from warpdeck.engine.api import EngineSnapshot
+from warpdeck.engine.api import EngineSnapshot, Quarantine, Release
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
@@ -58,6 +58,21 @@ class WorkersScreen(Screen[None]):
     def action_sort(self) -> None:
         title = self.query_one(WorkerTable).cycle_sort()
         self.notify(f"workers sorted by {title}", timeout=2)
+
+    async def action_quarantine(self) -> None:
+        """Quarantine the highlighted worker, or release it if it is quarantined."""
+        table = self.query_one(WorkerTable)
+        wid = table.current_id
+        snap = getattr(self.app, "snapshot", None)
+        if wid is None or snap is None:
+            self.notify("no worker highlighted", severity="warning", timeout=2)
+            return
+        state = next((w.state for w in snap.workers if w.id == wid), "")
+        app = self.app
+        if state == "quarantined":
+            await app.send(Release(worker=wid), undo=("release", Quarantine(worker=wid)))  # type: ignore[attr-defined]
+        else:
+            await app.send(Quarantine(worker=wid), undo=("quarantine", Release(worker=wid)))  # type: ignore[attr-defined]
 
     def highlight(self, worker_id: str) -> bool:
         """Move the cursor to a worker's row; False if there is no such worker."""

@@ -79,6 +79,17 @@ class WorkerTable(DataTable[Text | str]):
             rank = {w.id: i for i, w in enumerate(order)}
             self.sort("id", key=lambda wid: rank.get(str(wid), 0))
 
+    @property
+    def current_id(self) -> str | None:
+        """The highlighted worker's id (None with no rows)."""
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - Textual raises CellDoesNotExist for a stale cursor
+            return None
+        return None if key is None else str(key)
+
     def cycle_sort(self) -> str:
         """Sort by the next column; returns its title."""
         keys = [k for k, _ in COLUMNS]
