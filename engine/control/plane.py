@@ -74,7 +74,9 @@ class ControlSettings:
     heartbeat_s: float = 0.5
     telemetry_hz: float = 4.0
     tick_s: float = 0.05
-    views_hz: float = 4.0
+    views_hz: float = 2.0
+    """How often the workers' rows (age, phi) are rebuilt; at once after any verdict. Each rebuild
+    costs about 4 ms at 1 000 workers."""
     will_hold_s: float = 0.15
     """A Will waits this long before it convicts: a shutting-down broker sends every Will, then drops
     the monitor too, and a Will followed by our own disconnection convicts nobody."""
