@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 import ssl
@@ -97,6 +98,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+async def _close_leftover_streams(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the connections amqtt's shutdown leaves open (one accepted while it shut down, or a
+    client half-way through its handshake), while their loop still runs: otherwise they are
+    collected later, after the loop closed, and warn about unclosed transports in whatever code
+    happens to run then."""
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.StreamWriter):
+            transport = obj.transport
+            if getattr(transport, "_loop", None) is loop and not transport.is_closing():
+                transport.close()
+    await asyncio.sleep(0)  # let the transports' close callbacks run
+
+
 class EmbeddedBroker:
     """amqtt on a loopback port, on a thread of its own. ``start()`` returns once it listens."""
 
@@ -152,6 +166,7 @@ class EmbeddedBroker:
         finally:
             with contextlib.suppress(Exception):
                 await broker.shutdown()
+            await _close_leftover_streams(asyncio.get_running_loop())
 
     def stop(self, timeout: float = 5.0) -> None:
         loop, stop = self._loop, self._stop

@@ -75,7 +75,10 @@ def test_demo_driven_from_the_keyboard(tmp_path: Path) -> None:
         pane.wait_gone("warpdeck keys")
         pane.keys("2")
         # The demo's own worker heartbeats over the embedded broker: its age shows in ms.
-        workers = pane.wait_for("● online")
+        pane.wait_for("● online")
+        end = time.monotonic() + 20  # until the monitor has heard its first heartbeats
+        while not re.search(r"online\s+[\d,]+ ms", workers := pane.text()) and time.monotonic() < end:
+            time.sleep(0.1)
         assert re.search(r"online\s+[\d,]+ ms", workers), workers
         pane.keys("3")
         pane.wait_for("overlap efficiency")
