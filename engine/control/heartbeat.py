@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import random
 import signal
 import socket
 import sys
@@ -37,14 +36,12 @@ from typing import Any
 import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.topics import Topics, check_name
 from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, encode
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
 
-#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
-#: property-based test notices when a background thread draws from it).
-_JITTER = random.Random()
 
 
 def _zero() -> int:
@@ -132,12 +129,7 @@ class Heartbeater:
 
     def stop(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
         self._goodbye = reason
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):  # its loop already ended
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
 
     def kill(self, timeout: float = 5.0) -> None:
         """Fault injection for tests: drop the connection with no goodbye, as a killed process
@@ -169,7 +161,7 @@ class Heartbeater:
         self._loop = asyncio.get_running_loop()
         self._stopping = stopping = asyncio.Event()
         sampler = asyncio.create_task(self._sample_device(stopping)) if self.probe.device_stats else None
-        backoff = 0.1
+        backoff = FIRST_BACKOFF_S
         try:
             while not stopping.is_set():
                 epoch = self._next_epoch()
@@ -190,16 +182,14 @@ class Heartbeater:
                     ) as client:
                         self._client = client
                         await self._speak(client, epoch, stopping)
-                        backoff = 0.1
+                        backoff = FIRST_BACKOFF_S
                 except aiomqtt.MqttError as exc:
                     self.connected.clear()
                     self.last_error = str(exc)
                     if stopping.is_set():
                         return
                     self.reconnects += 1
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
-                    backoff = min(2.0, backoff * 2)
+                    backoff = await wait_backoff(stopping, backoff)
         finally:
             self.connected.clear()
             if sampler is not None:

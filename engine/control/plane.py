@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -36,6 +35,7 @@ import aiomqtt
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.signing import CommandRefused, Verifier
 from warpdeck.engine.control.telemetry import EventTracker, summarize
@@ -55,9 +55,6 @@ from warpdeck.engine.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
 
-#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
-#: property-based test notices when a background thread draws from it).
-_JITTER = random.Random()
 
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
@@ -139,12 +136,7 @@ class ControlPlane:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Say goodbye (graceful worker death, engine offline) and stop the broker if it is ours."""
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
 
     def epoch_of(self, worker_id: str) -> int:
         """The epoch an in-process worker heartbeats under now (0 before its first connection)."""
@@ -213,7 +205,7 @@ class ControlPlane:
                 started=self._started,
             )
         )
-        backoff = 0.1
+        backoff = FIRST_BACKOFF_S
         while not stopping.is_set():
             will = aiomqtt.Will(self.topics.engine_state, offline, qos=1, retain=True)
             try:
@@ -234,9 +226,7 @@ class ControlPlane:
                 if stopping.is_set():
                     return
                 self.reconnects += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
-                backoff = min(2.0, backoff * 2)
+                backoff = await wait_backoff(stopping, backoff)
 
     async def _serve(self, client: Any, stopping: asyncio.Event) -> None:
         await client.publish(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ import aiomqtt
 
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import snapshot_from
 from warpdeck.engine.control.topics import Topics
@@ -37,9 +37,6 @@ from warpdeck.engine.snapshot import EngineSnapshot
 
 __all__ = ["RemoteEngine", "read_recording"]
 
-#: Reconnect jitter from a generator of our own: the global one belongs to the application (and a
-#: property-based test notices when a background thread draws from it).
-_JITTER = random.Random()
 
 _TELEMETRY = frozenset(("telemetry",))
 _EVENTS = frozenset(("event",))
@@ -86,12 +83,7 @@ class RemoteEngine:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
         if self._record is not None:
             self._record.close()
             self._record = None
@@ -113,7 +105,7 @@ class RemoteEngine:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = stopping = asyncio.Event()
-        backoff = 0.1
+        backoff = FIRST_BACKOFF_S
         while not stopping.is_set():
             try:
                 async with aiomqtt.Client(**self.address.client_kwargs(), keepalive=5,
@@ -123,7 +115,7 @@ class RemoteEngine:
                     self._client = client
                     self.connected.set()
                     self.error = ""
-                    backoff = 0.1
+                    backoff = FIRST_BACKOFF_S
                     reader = asyncio.create_task(self._read(client))
                     stop = asyncio.create_task(stopping.wait())
                     done, _ = await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -141,9 +133,7 @@ class RemoteEngine:
                 self.connected.clear()
             if stopping.is_set():
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
-            backoff = min(2.0, backoff * 2)
+            backoff = await wait_backoff(stopping, backoff)
 
     async def _read(self, client: Any) -> None:
         async for message in client.messages:

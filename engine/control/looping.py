@@ -1,0 +1,34 @@
+"""What every control-plane client shares: a thread with an event loop of its own, stopped from
+any thread, and reconnection with jittered exponential backoff (0.1 s doubling to 2 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+
+__all__ = ["FIRST_BACKOFF_S", "stop_loop_thread", "wait_backoff"]
+
+FIRST_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 2.0
+#: Jitter from a generator of our own: the global one belongs to the application (and a
+#: property-based test notices when a background thread draws from it).
+_JITTER = random.Random()
+
+
+def stop_loop_thread(loop: asyncio.AbstractEventLoop | None, stopping: asyncio.Event | None,
+                     thread: threading.Thread | None, timeout: float) -> None:
+    """Set ``stopping`` on ``loop`` (from any thread) and wait up to ``timeout`` for ``thread``."""
+    if loop is not None and stopping is not None:
+        with contextlib.suppress(RuntimeError):  # its loop already ended
+            loop.call_soon_threadsafe(stopping.set)
+    if thread is not None:
+        thread.join(timeout)
+
+
+async def wait_backoff(stopping: asyncio.Event, backoff: float) -> float:
+    """Wait a jittered ``backoff`` (or until ``stopping``); return the next, doubled, backoff."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
+    return min(_MAX_BACKOFF_S, backoff * 2)
