@@ -34,11 +34,12 @@ from warpdeck.engine.backends.base import (
     pending_marker,
 )
 from warpdeck.engine.batching import Batch
+from warpdeck.engine.config import StageSpec
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.sources import BatchKey, Source, item_nbytes
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
-__all__ = ["BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan"]
+__all__ = ["BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "plan_stages", "write_outputs"]
 
 
 class NonFiniteOutput(ValueError):
@@ -498,26 +499,7 @@ class Lane:
         sink = self.sink
         keys = [t.key for t in item.batch.items]
         policy = item.plan.nonfinite
-        check = policy != "allow" and host_out.dtype.kind in "fc"
-
-        def write() -> list[BaseException | None]:
-            errors: list[BaseException | None] = []
-            # One vectorised pass per batch, on the sink's thread, after d2h: never on a device.
-            bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
-            size = host_out[0].size if len(keys) else 0
-            for j, key in enumerate(keys):
-                if bad is not None and bad[j] and policy == "fail":
-                    errors.append(NonFiniteOutput(key, bad[j], size, written=False))
-                    continue
-                try:
-                    sink.write(key, host_out[j])
-                    errors.append(NonFiniteOutput(key, bad[j], size, written=True)
-                                  if bad is not None and bad[j] else None)
-                except Exception as exc:  # noqa: BLE001 - per task
-                    errors.append(exc)
-            return errors
-
-        item.sink = self.streams.submit(Phase.SINK, write)
+        item.sink = self.streams.submit(Phase.SINK, lambda: write_outputs(sink, keys, host_out, policy))
         chain_release(item.sink, item.sink_release)
 
     async def _watch_sink(self) -> None:
@@ -551,6 +533,47 @@ class Lane:
                 phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
                            tuple(phases), ok, len(batch) * batch.key.nbytes)
+
+
+def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -> list[BaseException | None]:
+    """Write row j of ``host_out`` under ``keys[j]``; each task's error (or None). Under the
+    ``nonfinite`` policy a row holding NaN or infinity is flagged (written) or failed (not written).
+    Runs on a sink thread: one vectorised finiteness pass per batch, never on a device."""
+    check = policy != "allow" and host_out.dtype.kind in "fc"
+    errors: list[BaseException | None] = []
+    bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
+    size = host_out[0].size if len(keys) else 0
+    for j, key in enumerate(keys):
+        if bad is not None and bad[j] and policy == "fail":
+            errors.append(NonFiniteOutput(key, bad[j], size, written=False))
+            continue
+        try:
+            sink.write(key, host_out[j])
+            errors.append(NonFiniteOutput(key, bad[j], size, written=True) if bad is not None and bad[j] else None)
+        except Exception as exc:  # noqa: BLE001 - per task
+            errors.append(exc)
+    return errors
+
+
+def plan_stages(fns: Sequence[Callable[..., Any]], stages: Sequence[StageSpec], key: BatchKey,
+                nonfinite: str) -> StagePlan:
+    """The shapes and dtypes after each stage for inputs of ``key``: a stage's ``out_spec``, then
+    the spec's ``out_shape``/``out_dtype``, else its input's."""
+    shapes: list[tuple[int, ...]] = [tuple(key.shape)]
+    dtypes: list[np.dtype[Any]] = [np.dtype(key.dtype)]
+    for fn, st in zip(fns, stages, strict=True):
+        shape, dtype = shapes[-1], dtypes[-1]
+        spec_fn = getattr(fn, "out_spec", None)
+        if spec_fn is not None:
+            s, d = spec_fn(shape, dtype)
+            shape, dtype = tuple(int(x) for x in s), np.dtype(d)
+        if st.out_shape is not None:
+            shape = tuple(st.out_shape)
+        if st.out_dtype is not None:
+            dtype = np.dtype(st.out_dtype)
+        shapes.append(shape)
+        dtypes.append(dtype)
+    return StagePlan(tuple(fns), tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in stages), nonfinite)
 
 
 def _root(exc: BaseException) -> BaseException:

@@ -50,7 +50,7 @@ from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id, merge_workers
 from warpdeck.engine.feeder import DepthTuner, Feeder
 from warpdeck.engine.journal import Journal, JournaledTable, ResumeState, spec_identity
-from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception
+from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception, plan_stages
 from warpdeck.engine.leases import LeaseBook
 from warpdeck.engine.metrics import MetricsAccumulator
 from warpdeck.engine.report import RunReport, make_report
@@ -290,24 +290,8 @@ class Engine:
     # -- stage plans --------------------------------------------------------------------------------
     def _plan_for(self, key: BatchKey) -> StagePlan:
         plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        shapes, dtypes = [tuple(key.shape)], [np.dtype(key.dtype)]
-        for fn, st in zip(self._fns, self.spec.stages, strict=True):
-            shape, dtype = shapes[-1], dtypes[-1]
-            spec_fn = getattr(fn, "out_spec", None)
-            if spec_fn is not None:
-                s, d = spec_fn(shape, dtype)
-                shape, dtype = tuple(int(x) for x in s), np.dtype(d)
-            if st.out_shape is not None:
-                shape = tuple(st.out_shape)
-            if st.out_dtype is not None:
-                dtype = np.dtype(st.out_dtype)
-            shapes.append(shape)
-            dtypes.append(dtype)
-        plan = StagePlan(self._fns, tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in self.spec.stages),
-                         self.spec.nonfinite)
-        self._plans[key] = plan
+        if plan is None:
+            plan = self._plans[key] = plan_stages(self._fns, self.spec.stages, key, self.spec.nonfinite)
         return plan
 
     # -- LaneHost -----------------------------------------------------------------------------------
