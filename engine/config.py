@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "CallableSink",
     "CallableSource",
+    "ExecutorSpec",
     "FeederSpec",
     "NpyDirSink",
     "NpyDirSource",
@@ -149,6 +150,35 @@ class FeederSpec(_Model):
         return self
 
 
+class ExecutorSpec(_Model):
+    """Where batches run: in this process, or on Ray actors (one long-lived actor per GPU, each a
+    worker with its own lanes and its own heartbeat). ``executor = "ray"`` is short for
+    ``[executor] kind = "ray"``."""
+
+    kind: Literal["local", "ray"] = "local"
+    """``local``: lanes in this process; ``ray``: lanes in Ray actors (``pip install 'warpdeck[ray]'``)."""
+    address: str | None = Field(default=None, min_length=1, max_length=512)
+    """The Ray cluster to join (``auto``, ``host:6379`` or ``ray://host:10001``); absent: a Ray
+    already started in this process, else a local one started for the run."""
+    workers: int | None = Field(default=None, ge=1, le=4096)
+    """Actors to start; absent: one per GPU the cluster has (at least one)."""
+    gpus_per_worker: float = Field(default=1.0, ge=0, le=64)
+    """GPUs each actor reserves (Ray's ``num_gpus``); 0 runs actors on CPUs only."""
+    max_restarts: int = Field(default=-1, ge=-1)
+    """How often Ray may restart a killed actor (-1: always). The engine requeues the batches it
+    held either way; Ray never retries a batch itself."""
+
+    @model_validator(mode="after")
+    def _ray_only(self) -> ExecutorSpec:
+        if self.kind == "local" and (self.address is not None or self.workers is not None):
+            raise ValueError("address and workers apply to kind = 'ray' only")
+        return self
+
+
+def _executor_shorthand(v: Any) -> Any:
+    return {"kind": v} if isinstance(v, str) else v
+
+
 class PipelineSpec(_Model):
     """A whole pipeline: where tasks come from, what runs on them, where results go."""
 
@@ -174,6 +204,8 @@ class PipelineSpec(_Model):
     """Ready-queue watermarks and automatic prefetch depth."""
     batch_timeout_s: float = Field(default=0.05, ge=0)
     """A partial batch is sent after waiting this long for more tasks of its key."""
+    executor: Annotated[ExecutorSpec, BeforeValidator(_executor_shorthand)] = ExecutorSpec()
+    """Where batches run (``local`` or ``ray``); a string is taken as the kind."""
     nonfinite: Literal["flag", "fail", "allow"] = "flag"
     """What a NaN or infinity in a task's final output does: ``flag`` writes it and finishes the
     task marked as suspect (task detail and report say how many values); ``fail`` fails the task

@@ -58,7 +58,7 @@ LOCK_NAME = "journal.lock"
 SCHEMA_VERSION = "1"
 
 #: Fields that tune how a run goes but not what it produces; they may change between resumes.
-_TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder"}
+_TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
