@@ -86,6 +86,10 @@ class ReportControl(_Frozen):
     workers_lost: list[str]
     """Workers convicted dead during the run."""
     error: str = ""
+    lag_holds: int = 0
+    """Times the monitor's input ran a second or more behind, so that it held silence verdicts."""
+    worst_input_lag_s: float = 0.0
+    """The longest the monitor's input ran behind (measured with the engine's own heartbeats)."""
 
 
 class RunReport(_Frozen):
@@ -150,7 +154,8 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
     control = None if plane is None else ReportControl(
         broker=plane.address.url if plane.address else "", connected=plane.connected.is_set(),
         commands_applied=plane.applied, commands_refused=dict(plane.refused), dropped=plane.dropped.counts(),
-        workers_lost=sorted({v.worker_id for v in list(plane.verdicts) if v.kind == "dead"}), error=plane.error)
+        workers_lost=sorted({v.worker_id for v in list(plane.verdicts) if v.kind == "dead"}), error=plane.error,
+        lag_holds=plane.lag.holds, worst_input_lag_s=plane.lag.worst_s)
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
         device=snap.device, lanes=len(snap.lanes), batch_size=engine.spec.batch_size,

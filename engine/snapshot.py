@@ -203,6 +203,10 @@ class ControlView:
     dropped: dict[str, int]
     reconnects: int
     error: str = ""
+    #: How far behind the monitor's input ran at the last tick (seconds), and how many times that
+    #: lag held silence verdicts (engine/control/lag.py).
+    input_lag_s: float = 0.0
+    lag_holds: int = 0
 
 
 @dataclass(frozen=True, slots=True)

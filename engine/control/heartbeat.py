@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,10 @@ from warpdeck.engine.control.topics import Topics, check_name
 from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, encode
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
+
+#: Heartbeats remembered in ``Heartbeater.outbox``: 16 s at 2 Hz, and fewer than the 256 sequence
+#: numbers, so a (epoch, seq) pair in it is unambiguous.
+_OUTBOX = 32
 
 
 
@@ -107,6 +112,11 @@ class Heartbeater:
         self.epoch = 0
         self.seq = 0
         self.sent = 0
+        #: The newest heartbeats sent under the current connection: (epoch, seq, time.monotonic()
+        #: just before the send). A monitor in this process compares them with what it hears to
+        #: tell how far its own input runs behind (see engine/control/lag.py). Appended on the
+        #: heartbeat's thread; read with ``tuple()`` from any other.
+        self.outbox: deque[tuple[int, int, float]] = deque(maxlen=_OUTBOX)
         self.reconnects = 0
         self.last_error = ""
         self.connected = threading.Event()
@@ -185,6 +195,7 @@ class Heartbeater:
                         backoff = FIRST_BACKOFF_S
                 except aiomqtt.MqttError as exc:
                     self.connected.clear()
+                    self.outbox.clear()  # sent on a connection that is gone: never to be heard
                     self.last_error = str(exc)
                     if stopping.is_set():
                         return
@@ -222,6 +233,8 @@ class Heartbeater:
         while not stopping.is_set():
             self._read_probe()
             last = self._last
+            # Into the outbox before the send: a monitor in this process may hear it at once.
+            self.outbox.append((epoch, self.seq, time.monotonic()))
             await client.publish(
                 hb_topic,
                 encode(

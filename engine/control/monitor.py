@@ -9,6 +9,9 @@ The decisions this module protects (DESIGN.md section 5):
 - **Broker lost**: while the monitor is itself disconnected it convicts nobody and shows every
   living worker as stale. After it reconnects, silence is counted from the reconnection, and nobody
   is convicted for silence during a grace period in which workers re-birth.
+- **Input lag**: while the monitor's own input runs behind (``on_input_lag``, measured by
+  ``engine/control/lag.py``), it convicts nobody for silence and shows living workers as stale;
+  when it has caught up, silence counts afresh from then. Late heartbeats are not silent workers.
 - **Stuck**: heartbeats flowing, work leased, and the progress counter frozen past the worker's
   deadline make it hung, once per episode, until progress moves or the work is gone.
 
@@ -226,6 +229,7 @@ class WorkerMonitor:
         self._deadlines: dict[str, float] = {}
         self._quarantined: set[str] = set()
         self._connected = True
+        self._lagging = False
         self._disconnected_at = _NEVER
         #: Silence is counted from no earlier than this: the last reconnection.
         self._floor = -_NEVER
@@ -319,6 +323,19 @@ class WorkerMonitor:
             if w.convicted_at is None:
                 w.due = max(w.due, now + self._budget(w))
 
+    def on_input_lag(self, lagging: bool, now: float) -> None:
+        """The monitor's own input runs behind (``lagging``) or has caught up. While it lags,
+        nobody is convicted for silence; once it has caught up, silence counts from ``now``, as
+        after a reconnection but with no grace: nothing was lost, the backlog has been read."""
+        if lagging or not self._lagging:
+            self._lagging = lagging
+            return
+        self._lagging = False
+        self._floor = max(self._floor, now)
+        for w in self._workers.values():
+            if w.convicted_at is None:
+                w.due = max(w.due, now + self._budget(w))
+
     # -- operator and caller settings --------------------------------------------------------------
     def set_deadline(self, worker_id: str, seconds: float | None) -> None:
         """Stuck deadline for one worker (its stage's phase deadline); None restores the default."""
@@ -348,7 +365,7 @@ class WorkerMonitor:
         self._pending = []
         if not self._connected:
             return out
-        judge_silence = now >= self._grace_until
+        judge_silence = now >= self._grace_until and not self._lagging
         floor = self._floor
         for w in self._workers.values():
             if w.convicted_at is not None:
@@ -374,7 +391,7 @@ class WorkerMonitor:
                 state = WorkerState.QUARANTINED
             elif w.convicted_at is not None:
                 state = WorkerState.DEAD
-            elif not self._connected or w.last_seen is None or w.last_seen < self._floor:
+            elif not self._connected or self._lagging or w.last_seen is None or w.last_seen < self._floor:
                 state = WorkerState.STALE
             elif w.hung_since is not None:
                 state = WorkerState.HUNG
@@ -409,6 +426,11 @@ class WorkerMonitor:
             duplicate_heartbeats=self._duplicates,
             after_conviction=self._after_conviction,
         )
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the monitor holds silence verdicts because its input runs behind."""
+        return self._lagging
 
     @property
     def connected(self) -> bool:

@@ -11,7 +11,9 @@ The decisions this module protects:
   only stops telemetry, and the plane reconnects with backoff.
 - Every message is validated once, here, at the socket; a bad one is counted by reason and
   dropped. A command is verified (HMAC, expiry, replay) before the engine sees it.
-- While the plane is itself disconnected the monitor convicts nobody (it marks workers stale).
+- While the plane is itself disconnected the monitor convicts nobody (it marks workers stale);
+  nor while its input runs behind, which the engine's own workers' heartbeats measure
+  (engine/control/lag.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import aiomqtt
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
+from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.signing import CommandRefused, Verifier
@@ -78,6 +81,9 @@ class ControlSettings:
     """A Will waits this long before it convicts: a shutting-down broker sends every Will, then drops
     the monitor too, and a Will followed by our own disconnection convicts nobody."""
     monitor: MonitorConfig | None = None
+    input_lag_hold_s: float | None = 1.0
+    """Hold silence verdicts while the monitor's input runs this far behind (engine/control/lag.py);
+    None never holds, to show what the hold prevents."""
 
 
 class ControlPlane:
@@ -103,6 +109,9 @@ class ControlPlane:
         self._on_verdict = on_verdict
         cfg = settings.monitor or MonitorConfig(interval_s=settings.heartbeat_s)
         self.monitor = WorkerMonitor(cfg)
+        #: How far behind the plane hears, measured with the in-process workers' heartbeats.
+        hold = settings.input_lag_hold_s
+        self.lag = InputLag(hold, resume_s=min(0.5, hold or 0.5))
         self.verifier = Verifier(settings.secret)
         self.dropped = DropCounter()
         self.refused: Counter[str] = Counter()
@@ -163,6 +172,8 @@ class ControlPlane:
             commands_applied=self.applied,
             connected=self.connected.is_set(),
             reconnects=self.reconnects,
+            input_lag_s=self.lag.lag_s,
+            lag_holds=self.lag.holds,
         )
 
     # -- the control thread -------------------------------------------------------------------
@@ -308,6 +319,8 @@ class ControlPlane:
         if isinstance(msg, Heartbeat):
             self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
             self._heard[wid] = msg
+            if wid in self.heartbeaters:
+                self.lag.on_heard(wid, msg.epoch, msg.seq)
         elif isinstance(msg, Birth):
             self._wills.pop(wid, None)
             self.monitor.on_birth(wid, msg.epoch, now, info=msg.model_dump(exclude={"kind", "v", "worker", "epoch"}),
@@ -398,6 +411,7 @@ class ControlPlane:
             now = time.monotonic()
             if self.connected.is_set():
                 self._release_wills(now)
+            self._measure_lag(now)
             verdicts = self.monitor.tick(now)
             for verdict in verdicts:
                 self.verdicts.append(verdict)
@@ -412,12 +426,32 @@ class ControlPlane:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.settings.tick_s)
 
+    def _measure_lag(self, now: float) -> None:
+        outboxes = [(wid, _outbox(h)) for wid, h in self.heartbeaters.items()]
+        change = self.lag.update(outboxes, now)
+        if change is None:
+            return
+        self.monitor.on_input_lag(change.holding, now)
+        if change.holding:
+            _log.warning("control plane: input %.2f s behind; no worker is convicted for silence until it catches up",
+                         change.lag_s)
+        else:
+            _log.info("control plane: input caught up (%.2f s behind); judging silence again", change.lag_s)
+
     def heard(self) -> dict[str, Heartbeat]:
         """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
         for _ in range(3):
             with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
                 return dict(self._heard)
         return {}
+
+
+def _outbox(heart: Heartbeater) -> tuple[tuple[int, int, float], ...]:
+    """A copy of ``heart.outbox``, appended to on the heartbeat's thread."""
+    for _ in range(3):
+        with contextlib.suppress(RuntimeError):  # mutated while copied (not expected: tuple() holds the GIL)
+            return tuple(heart.outbox)
+    return ()
 
 
 def _direct_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Queue[aiomqtt.Message]]:

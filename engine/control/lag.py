@@ -1,0 +1,104 @@
+"""How far the monitor's own input runs behind, told by heartbeats this process sent itself.
+
+A monitor that hears late convicts the innocent. When its thread is starved of CPU, its process
+stops for a garbage collection, the broker falls behind, or a backlog sits in its socket, every
+worker's heartbeats arrive late together, and a second and a half of that looks like death to the
+phi detector. Workers elsewhere cannot tell the monitor's lag from their own silence; but the
+engine's own workers heartbeat through the same broker from this process, so for each of their
+heartbeats we know when it left (``Heartbeater.outbox``, on ``time.monotonic``) and whether the
+plane has heard it yet. The oldest one sent and not yet heard says how far behind the input runs
+now, before the backlog is read: exactly when a verdict would be wrong.
+
+While the lag is at least ``hold_s`` the monitor convicts nobody for silence
+(``WorkerMonitor.on_input_lag``); once it is below ``resume_s`` again, silence counts afresh from
+then. Wills still convict at once: a Will is evidence, not the absence of it. A hold lasts at most
+``max_hold_s``: a probe that never arrives (lost on a connection nobody noticed breaking yet) must
+not blind the monitor for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["InputLag", "LagChange"]
+
+#: One heartbeat in an outbox: (epoch, seq, time.monotonic() when it was sent).
+Sent = tuple[int, int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class LagChange:
+    """The hold began (``holding``) or ended, at ``at``, with the lag measured then."""
+
+    holding: bool
+    at: float
+    lag_s: float
+
+
+class InputLag:
+    """Tracks what was heard of each probe worker and turns the lag into hold / resume changes."""
+
+    def __init__(self, hold_s: float | None = 1.0, resume_s: float = 0.5, max_hold_s: float = 10.0) -> None:
+        """``hold_s`` None: measure, never hold."""
+        if hold_s is not None and not 0 < resume_s <= hold_s < max_hold_s:
+            raise ValueError(f"need 0 < resume_s ({resume_s}) <= hold_s ({hold_s}) < max_hold_s ({max_hold_s})")
+        self.hold_s = hold_s
+        self.resume_s = resume_s
+        self.max_hold_s = max_hold_s
+        #: The lag at the last ``update``, in seconds.
+        self.lag_s = 0.0
+        #: Holds begun so far, and the longest lag seen.
+        self.holds = 0
+        self.worst_s = 0.0
+        self._heard: dict[str, tuple[int, int]] = {}
+        self._held_since: float | None = None
+        #: After a hold ran out, no new one until the lag has once fallen below ``resume_s``.
+        self._spent = False
+
+    @property
+    def holding(self) -> bool:
+        return self._held_since is not None
+
+    def on_heard(self, worker_id: str, epoch: int, seq: int) -> None:
+        """The plane heard this heartbeat of a probe worker (on the plane's loop)."""
+        self._heard[worker_id] = (epoch, seq)
+
+    def behind(self, worker_id: str, sent: Sequence[Sent], now: float) -> float:
+        """Seconds since the oldest heartbeat of ``worker_id`` in ``sent`` (its outbox, oldest
+        first) that has not been heard; 0.0 when every one has been. Only the newest epoch counts:
+        the outbox is emptied when a connection breaks, and an older epoch's leftovers never come."""
+        if not sent:
+            return 0.0
+        epoch = sent[-1][0]
+        heard = self._heard.get(worker_id)
+        first = 0
+        if heard is not None and heard[0] == epoch:
+            for i in range(len(sent) - 1, -1, -1):
+                if sent[i][0] == epoch and sent[i][1] == heard[1]:
+                    first = i + 1
+                    break
+        for e, _seq, at in sent[first:]:
+            if e == epoch:
+                return max(now - at, 0.0)
+        return 0.0
+
+    def update(self, outboxes: Iterable[tuple[str, Sequence[Sent]]], now: float) -> LagChange | None:
+        """Measure the lag over every probe worker's outbox at ``now``; return the change of hold,
+        if any."""
+        lag = max((self.behind(wid, sent, now) for wid, sent in outboxes), default=0.0)
+        self.lag_s = lag
+        self.worst_s = max(self.worst_s, lag)
+        if self._held_since is None:
+            if lag < self.resume_s:
+                self._spent = False
+            if self.hold_s is not None and lag >= self.hold_s and not self._spent:
+                self._held_since = now
+                self.holds += 1
+                return LagChange(True, now, lag)
+            return None
+        if lag < self.resume_s or now - self._held_since >= self.max_hold_s:
+            self._spent = lag >= self.resume_s
+            self._held_since = None
+            return LagChange(False, now, lag)
+        return None

@@ -1,0 +1,185 @@
+"""A monitor whose own input runs behind convicts nobody for silence: the lag, measured with the
+engine's own heartbeats (engine/control/lag.py), holds silence verdicts until the input catches up.
+
+The unit tests drive ``InputLag`` and ``WorkerMonitor`` with an injected clock; the broker test
+stops a real Mosquitto with SIGSTOP for longer than the phi budget, with and without the hold, so
+it shows both what goes wrong and that the hold prevents it."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from wd_broker import Mosquitto
+from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for, workers
+
+from warpdeck.engine.control.lag import InputLag
+from warpdeck.engine.control.monitor import MonitorConfig, WorkerMonitor, WorkerState
+
+# -- InputLag -------------------------------------------------------------------------------------
+
+
+def test_nothing_sent_or_everything_heard_is_no_lag() -> None:
+    lag = InputLag()
+    assert lag.behind("w", (), 10.0) == 0.0
+    lag.on_heard("w", 7, 3)
+    assert lag.behind("w", ((7, 2, 8.0), (7, 3, 9.0)), 10.0) == 0.0
+
+
+def test_the_oldest_unheard_heartbeat_measures_the_lag() -> None:
+    lag = InputLag()
+    sent = ((7, 1, 1.0), (7, 2, 1.5), (7, 3, 2.0), (7, 4, 2.5))
+    assert lag.behind("w", sent, 3.0) == pytest.approx(2.0), "nothing heard yet: from the first"
+    lag.on_heard("w", 7, 2)
+    assert lag.behind("w", sent, 3.0) == pytest.approx(1.0)
+    lag.on_heard("w", 7, 4)
+    assert lag.behind("w", sent, 3.0) == 0.0
+
+
+def test_a_lost_heartbeat_stops_counting_once_a_later_one_is_heard() -> None:
+    lag = InputLag()
+    lag.on_heard("w", 7, 3)  # seq 2 never came
+    assert lag.behind("w", ((7, 1, 1.0), (7, 2, 1.5), (7, 3, 2.0)), 30.0) == 0.0
+
+
+def test_only_the_newest_epoch_counts() -> None:
+    lag = InputLag()
+    lag.on_heard("w", 7, 200)
+    sent = ((7, 201, 1.0), (8, 0, 5.0), (8, 1, 5.5))
+    assert lag.behind("w", sent, 6.0) == pytest.approx(1.0), "epoch 7's leftover never comes"
+    lag.on_heard("w", 8, 0)
+    assert lag.behind("w", sent, 6.0) == pytest.approx(0.5)
+
+
+def test_seq_wraps_inside_one_epoch() -> None:
+    lag = InputLag()
+    sent = ((7, 254, 1.0), (7, 255, 1.5), (7, 0, 2.0), (7, 1, 2.5))
+    lag.on_heard("w", 7, 255)
+    assert lag.behind("w", sent, 3.0) == pytest.approx(1.0)
+
+
+def test_hold_and_resume_with_hysteresis() -> None:
+    lag = InputLag(hold_s=1.0, resume_s=0.5)
+    sent = [(1, 0, 0.0)]
+    assert lag.update([("w", sent)], 0.9) is None
+    change = lag.update([("w", sent)], 1.0)
+    assert change is not None and change.holding and lag.holding and lag.holds == 1
+    lag.on_heard("w", 1, 0)
+    sent.append((1, 1, 1.5))
+    assert lag.update([("w", sent)], 2.1) is None, "0.6 s behind: still above resume_s"
+    lag.on_heard("w", 1, 1)
+    change = lag.update([("w", sent)], 2.2)
+    assert change is not None and not change.holding and not lag.holding
+    assert lag.worst_s == pytest.approx(1.0)
+
+
+def test_the_worst_probe_decides() -> None:
+    lag = InputLag()
+    lag.on_heard("a", 1, 0)
+    change = lag.update([("a", [(1, 0, 0.0)]), ("b", [(1, 0, 0.0)])], 1.2)
+    assert change is not None and change.holding and lag.lag_s == pytest.approx(1.2)
+
+
+def test_a_hold_runs_out_and_needs_a_recovery_before_the_next() -> None:
+    lag = InputLag(hold_s=1.0, resume_s=0.5, max_hold_s=10.0)
+    lost = [(1, 0, 0.0)]  # never heard
+    assert lag.update([("w", lost)], 1.0) is not None
+    change = lag.update([("w", lost)], 11.0)
+    assert change is not None and not change.holding, "a probe that never comes blinds nobody for good"
+    assert lag.update([("w", lost)], 12.0) is None, "no new hold while the same lag goes on"
+    lag.on_heard("w", 1, 0)
+    assert lag.update([("w", lost)], 13.0) is None
+    assert lag.update([("w", [*lost, (1, 1, 13.0)])], 14.5) is not None, "after a recovery it holds again"
+    assert lag.holds == 2
+
+
+def test_none_measures_but_never_holds() -> None:
+    lag = InputLag(None)
+    assert lag.update([("w", [(1, 0, 0.0)])], 30.0) is None
+    assert lag.lag_s == pytest.approx(30.0) and lag.holds == 0
+
+
+def test_bad_thresholds_are_refused() -> None:
+    with pytest.raises(ValueError, match="resume_s"):
+        InputLag(hold_s=0.4, resume_s=0.5)
+
+
+# -- WorkerMonitor.on_input_lag -------------------------------------------------------------------
+
+
+def _steady(mon: WorkerMonitor, wid: str, until: float, start: float = 0.0) -> None:
+    t, seq = start, 0
+    while t <= until:
+        mon.on_heartbeat(wid, 1, seq, 0, t, busy=False)
+        t, seq = t + 0.5, (seq + 1) % 256
+
+
+def test_no_silence_verdict_while_the_input_lags_and_a_fresh_budget_after() -> None:
+    mon = WorkerMonitor(MonitorConfig())
+    mon.on_birth("w", 1, 0.0)
+    _steady(mon, "w", 5.0)
+    mon.on_input_lag(True, 5.9)
+    assert mon.tick(8.0) == [], "2.5 s of silence while lagging is not evidence"
+    assert mon.views(8.0)[0].state is WorkerState.STALE
+    mon.on_input_lag(False, 8.0)
+    assert mon.tick(8.1) == []
+    assert mon.lagging is False
+    verdicts = mon.tick(8.0 + 2.6)
+    assert [(v.worker_id, v.kind, v.reason) for v in verdicts] == [("w", "dead", "silent")], \
+        "a worker still silent a whole budget after the catch-up is convicted"
+    assert verdicts[0].silence_s == pytest.approx(2.6)
+
+
+def test_a_will_convicts_even_while_the_input_lags() -> None:
+    mon = WorkerMonitor(MonitorConfig())
+    _steady(mon, "w", 2.0)
+    mon.on_input_lag(True, 2.2)
+    mon.on_death("w", 1, 2.3, graceful=False)
+    assert [(v.kind, v.reason) for v in mon.tick(2.4)] == [("dead", "will")]
+
+
+def test_heartbeats_heard_during_the_lag_keep_counting() -> None:
+    mon = WorkerMonitor(MonitorConfig())
+    _steady(mon, "w", 5.0)
+    mon.on_input_lag(True, 5.5)
+    _steady(mon, "w", 9.0, start=8.0)  # the backlog arrives
+    mon.on_input_lag(False, 9.0)
+    assert mon.tick(9.1) == []
+    assert mon.views(9.1)[0].state is WorkerState.ONLINE
+
+
+# -- a real broker, stopped ----------------------------------------------------------------------
+
+STALL_S = 2.8  # past the backstop (2.5 s): without the hold, every worker is convicted
+
+
+@pytest.mark.parametrize("hold", [1.0, None], ids=["hold", "no-hold"])
+def test_a_stalled_broker_convicts_nobody(mosquitto: Mosquitto, hold: float | None) -> None:
+    et = EngineThread(slow_spec(f"lag-{'on' if hold else 'off'}"), mosquitto.address)
+    et.settings.input_lag_hold_s = hold
+    with et, workers(WorkerProcess(mosquitto.url, "w-far", et.spec.name)):
+        local = et.engine.worker_id
+        wait_for(lambda: et.state_of("w-far") == "online" and et.state_of(local) == "online", 10, "online")
+        time.sleep(1.5)  # the detectors learn the rhythm
+        assert mosquitto.proc is not None
+        t0 = time.monotonic()
+        mosquitto.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(STALL_S)
+        finally:
+            mosquitto.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: et.state_of("w-far") in ("online", "dead"), 5, "the worker heard again")
+        time.sleep(1.0)
+        plane = et.engine.control
+        assert plane is not None
+        dead = sorted({v.worker_id for v in list(plane.verdicts) if v.kind == "dead" and v.at >= t0})
+        if hold is None:
+            assert "w-far" in dead and local in dead, "without the hold the stall convicts the innocent"
+            assert plane.lag.holds == 0
+        else:
+            assert dead == [], f"convicted while the broker, not the worker, was stopped: {dead}"
+            assert plane.lag.holds >= 1 and plane.lag.worst_s >= 1.0
+            assert et.state_of("w-far") == "online" and et.state_of(local) == "online"
+            view = plane.view()
+            assert view.lag_holds == plane.lag.holds
