@@ -41,6 +41,7 @@ from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.signing import CommandRefused, Verifier
+from warpdeck.engine.control.socket_reads import BatchedReader, close_quietly, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, summarize
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import (
@@ -81,6 +82,9 @@ class ControlSettings:
     """A Will waits this long before it convicts: a shutting-down broker sends every Will, then drops
     the monitor too, and a Will followed by our own disconnection convicts nobody."""
     monitor: MonitorConfig | None = None
+    read_every_s: float | None = 0.01
+    """Read the socket in batches this often (engine/control/socket_reads.py); None reads each
+    message as it arrives, through aiomqtt."""
     input_lag_hold_s: float | None = 1.0
     """Hold silence verdicts while the monitor's input runs this far behind (engine/control/lag.py);
     None never holds, to show what the hold prevents."""
@@ -124,6 +128,8 @@ class ControlPlane:
         self.workers: tuple[WorkerStatus, ...] = ()
         self._heard: dict[str, Heartbeat] = {}
         self._client: Any = None
+        #: The current connection's batched reader (None: aiomqtt's own path).
+        self.batched: BatchedReader | None = None
         self._command_tasks: set[asyncio.Task[None]] = set()
         self._pending_events: list[Event] = []
         #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
@@ -228,8 +234,13 @@ class ControlPlane:
                     clean_session=True,
                     queue_type=_direct_queue(self._dispatch),
                 ) as client:
-                    await self._serve(client, stopping)
-                    await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
+                    every = self.settings.read_every_s
+                    self.batched = read_in_batches(client, self._on_raw, every) if every else None
+                    try:
+                        await self._serve(client, stopping)
+                        await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
+                    finally:
+                        close_quietly(self.batched)
                     return
             except aiomqtt.MqttError as exc:
                 self._lost_connection()
@@ -281,16 +292,19 @@ class ControlPlane:
             self._dispatch(message)
 
     def _dispatch(self, message: aiomqtt.Message) -> None:
-        """Handle one message as paho hands it over, on the plane's loop (no task, no queue)."""
+        """aiomqtt's path (without batched reads): each message as paho hands it over."""
+        payload = message.payload if isinstance(message.payload, bytes | bytearray) else b""
+        self._on_raw(str(message.topic), bytes(payload), bool(message.retain))
+
+    def _on_raw(self, topic: str, payload: bytes, retain: bool) -> None:
+        """Handle one message on the plane's loop, as it is read (no task, no queue)."""
         try:
-            self._on_message(message)
+            self._on_message(topic, payload, retain)
         except Exception as exc:  # noqa: BLE001 - one bad message never stops the plane
             self.dropped.drop("error", f"{type(exc).__name__}: {exc}")
-            _log.warning("control plane: message on %s dropped: %r", message.topic, exc)
+            _log.warning("control plane: message on %s dropped: %r", topic, exc)
 
-    def _on_message(self, message: aiomqtt.Message) -> None:
-        topic = str(message.topic)
-        payload = message.payload if isinstance(message.payload, bytes | bytearray) else b""
+    def _on_message(self, topic: str, payload: bytes, retain: bool) -> None:
         if topic == self.topics.cmd:
             # Commands are rare and wait on the engine's loop: one task each, in arrival order.
             task = asyncio.create_task(self._on_command(self._client, payload))
@@ -302,14 +316,14 @@ class ControlPlane:
             self.dropped.drop("wrong_topic", topic)
             return
         wid, which = parsed
-        if not payload and message.retain:  # a cleared retained message: nothing to learn
+        if not payload and retain:  # a cleared retained message: nothing to learn
             return
         try:
             msg = decode(payload, _WORKER_KINDS[which])
         except WireError as exc:
             self.dropped.drop(exc)
             return
-        self._on_worker(wid, msg, retained=bool(message.retain))
+        self._on_worker(wid, msg, retained=retain)
 
     def _on_worker(self, wid: str, msg: object, *, retained: bool = False) -> None:
         now = time.monotonic()

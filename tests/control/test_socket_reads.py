@@ -1,0 +1,88 @@
+"""Batched socket reads (engine/control/socket_reads.py) against real brokers: every message arrives
+whole and in order, across chunk boundaries and for payloads larger than a chunk, in far fewer
+wake-ups and system reads than messages; and the control plane uses them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import aiomqtt
+from wd_broker import Broker
+from wd_control import EngineThread, slow_spec, wait_for
+
+from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
+
+N = 3000
+
+
+async def _burst(broker: Broker, payloads: list[bytes]) -> tuple[list[tuple[str, bytes, bool]], BatchedReader]:
+    got: list[tuple[str, bytes, bool]] = []
+    done = asyncio.Event()
+
+    def handler(topic: str, payload: bytes, retain: bool) -> None:
+        got.append((topic, payload, retain))
+        if topic == f"wd-test/m/{len(payloads) - 1}":
+            done.set()
+
+    async with aiomqtt.Client(**broker.address.client_kwargs(), identifier="wd-test-sub") as sub, \
+            aiomqtt.Client(**broker.address.client_kwargs(), identifier="wd-test-pub") as pub:
+        await pub.publish("wd-test/retained", b"kept", qos=1, retain=True)
+        reader = read_in_batches(sub, handler, every_s=0.02)
+        assert reader is not None, "the installed aiomqtt/paho must allow batched reads"
+        await sub.subscribe("wd-test/#", qos=1)
+        for i, p in enumerate(payloads):
+            await pub.publish(f"wd-test/m/{i}", p, qos=1 if i % 97 == 0 else 0)
+        await asyncio.wait_for(done.wait(), 60)
+        await pub.publish("wd-test/retained", b"", qos=1, retain=True)
+        reader.close()
+    return got, reader
+
+
+def test_every_message_arrives_whole_and_in_order(broker: Broker) -> None:
+    rng = random.Random(7)
+    payloads = [rng.randbytes(rng.choice((0, 1, 60, 127, 128, 300, 16_383, 16_384, 70_000))) for _ in range(N)]
+    payloads[N // 2] = rng.randbytes(600_000)  # more than two 256 KiB chunks
+    got, reader = asyncio.run(_burst(broker, payloads))
+    assert got[0] == ("wd-test/retained", b"kept", True)
+    got = got[1 : N + 1]
+    assert [t for t, _, _ in got] == [f"wd-test/m/{i}" for i in range(N)]
+    assert [p for _, p, _ in got] == payloads
+    assert not any(r for _, _, r in got)
+    assert reader.packets >= N + 1
+    assert reader.wakeups < N / 3, f"{reader.wakeups} wake-ups for {N} messages: not batched"
+    assert reader.reads < N / 3, f"{reader.reads} system reads for {N} messages"
+
+
+def test_small_messages_cost_a_fraction_of_a_read_each(broker: Broker) -> None:
+    payloads = [b"x" * 200] * N
+    _, reader = asyncio.run(_burst(broker, payloads))
+    assert reader.reads <= N / 10, f"{reader.reads} reads for {N} heartbeat-sized messages"
+
+
+def test_without_the_internals_nothing_changes() -> None:
+    class NotAClient:
+        pass
+
+    async def go() -> object:
+        return read_in_batches(NotAClient(), lambda *_: None)
+
+    assert asyncio.run(go()) is None
+
+
+def test_the_control_plane_reads_in_batches(mosquitto: Broker) -> None:
+    with EngineThread(slow_spec("batched"), mosquitto.address) as et:
+        plane = et.engine.control
+        assert plane is not None
+        wait_for(lambda: plane.batched is not None and plane.batched.packets >= 4, 10, "heartbeats read in batches")
+        wait_for(lambda: et.state_of(et.engine.worker_id) == "online", 10, "its own worker online")
+
+
+def test_the_control_plane_can_read_through_aiomqtt(mosquitto: Broker) -> None:
+    et = EngineThread(slow_spec("unbatched"), mosquitto.address)
+    et.settings.read_every_s = None
+    with et:
+        plane = et.engine.control
+        assert plane is not None
+        wait_for(lambda: et.state_of(et.engine.worker_id) == "online", 10, "its own worker online")
+        assert plane.batched is None
