@@ -584,5 +584,8 @@ def _root(exc: BaseException) -> BaseException:
 
 
 def format_exception(exc: BaseException) -> str:
-    """A traceback as text, kept with the failed task."""
+    """A traceback as text, kept with the failed task (a remote worker's own, where it sent one)."""
+    remote = getattr(exc, "remote_traceback", "")
+    if isinstance(remote, str) and remote:
+        return remote
     return "".join(traceback.format_exception(exc)).rstrip()

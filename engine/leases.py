@@ -45,6 +45,11 @@ class LeaseBook:
     def lease(self, batch: Batch, worker: str) -> None:
         self._leases[batch.id] = Lease(worker, self._epoch_of(worker), batch)
 
+    def epoch(self, batch: Batch) -> int | None:
+        """The epoch ``batch`` is leased under (None: not leased now)."""
+        lease = self._leases.get(batch.id)
+        return None if lease is None else lease.epoch
+
     def release(self, batch: Batch) -> None:
         """The batch ended normally (its result or failure counted)."""
         self._leases.pop(batch.id, None)

@@ -19,15 +19,15 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends import Backend, select_backend
+from warpdeck.engine.backends import Backend, NumpyBackend, select_backend
 from warpdeck.engine.batching import Batch, ReadyQueue
 from warpdeck.engine.commands import (
     Cancel,
@@ -72,6 +72,10 @@ from warpdeck.engine.snapshot import (
 from warpdeck.engine.sources import BatchKey, InputError, Source, TaskInput, open_source
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
 
+if TYPE_CHECKING:
+    from warpdeck.engine.scaleout.dispatch import RayLane
+    from warpdeck.engine.scaleout.executor import RayExecutor
+
 __all__ = ["Engine"]
 
 #: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
@@ -104,6 +108,8 @@ class Engine:
                  control: ControlSettings | None = None, workers: int = 1) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
+        #: executor = "ray": the actors that run the batches (None: lanes in this process).
+        self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend)
         self.backend = backend if backend is not None else select_backend(spec.backend)
         self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
         # A run given a run directory is durable by default: journaled there, resumed from there.
@@ -128,8 +134,10 @@ class Engine:
         self.auto_depth = spec.feeder.auto_depth
         self.metrics = MetricsAccumulator(nl)
         self.publisher = SnapshotPublisher()
-        self.lanes = [Lane(i, self.backend, spec.slot_depth, self, self.source, self.sink, self._plan_for, bs)
-                      for i in range(nl)]
+        self.lanes: Sequence[Lane | RayLane] = (
+            self.executor.lanes(self, self.source, self.sink, self._plan_for) if self.executor is not None else
+            [Lane(i, self.backend, spec.slot_depth, self, self.source, self.sink, self._plan_for, bs)
+             for i in range(nl)])
         self._fns = tuple(resolve_target(s.fn) for s in spec.stages)
         self._plans: dict[BatchKey, StagePlan] = {}
         self._wake = asyncio.Event()
@@ -149,9 +157,8 @@ class Engine:
         self._main: asyncio.Task[None] | None = None
         self.first_batch_s: float | None = None
         self.report: RunReport | None = None
-        base = local_worker_id(_HOST, self.backend.device_name)
-        #: The in-process workers' ids, and the worker each lane belongs to.
-        self.worker_ids = [base] if workers == 1 else [f"{base}.w{k}" for k in range(workers)]
+        #: The workers' ids (in process, or the actors), and the worker each lane belongs to.
+        self.worker_ids = _worker_ids(local_worker_id(_HOST, self.backend.device_name), workers, self.executor)
         self.worker_id = self.worker_ids[0]
         self._lane_worker = [self.worker_ids[i // spec.lanes] for i in range(nl)]
         self.leases = LeaseBook(self._epoch_of)
@@ -181,6 +188,8 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
         try:
+            if self.executor is not None:
+                await self.executor.close()
             if self.control is not None:
                 # The last telemetry (the final snapshot) goes out before the goodbye.
                 await asyncio.to_thread(self.control.stop)
@@ -195,8 +204,8 @@ class Engine:
         # (NVML index 0: the CuPy backend drives device 0; CUDA_VISIBLE_DEVICES may renumber it.)
         nvml = NvmlSampler(0) if self.backend.name == "cupy" else None
         local = []
-        for wid in self.worker_ids:
-            lanes = [lane for lane in self.lanes if self._lane_worker[lane.id] == wid]
+        for wid in self.worker_ids if self.executor is None else ():  # actors heartbeat for themselves
+            lanes = [lane for lane in self.lanes if isinstance(lane, Lane) and self._lane_worker[lane.id] == wid]
             local.append((wid, WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version()),
                           _probe(lanes, nvml)))
         self.control = ControlPlane(settings, Topics(self.spec.name), workers=local,
@@ -206,22 +215,47 @@ class Engine:
 
     def _epoch_of(self, worker: str) -> int:
         """The epoch ``worker`` heartbeats under now (0 without a control plane)."""
+        if self.executor is not None:
+            remote = self.executor.epoch_of(worker)
+            if remote is not None:
+                return remote
         plane = self.control
         return plane.epoch_of(worker) if plane is not None else 0
 
     def _on_verdict(self, verdict: Verdict) -> None:
         """The monitor convicted a worker: take back every batch it held (on the engine's loop)."""
-        if verdict.kind != "dead" or verdict.worker_id not in self.worker_ids:
-            return
-        for lease in self.leases.convict(verdict.worker_id, verdict.epoch):
+        if verdict.kind == "dead" and verdict.worker_id in self.worker_ids:
+            self._reclaim(verdict.worker_id, verdict.epoch, verdict.reason)
+
+    def worker_lost(self, worker: str, epoch: int, reason: str) -> None:
+        """Ray reports an actor dead: convict its epoch as a Will would (whichever comes first)."""
+        self._reclaim(worker, epoch, f"ray: {reason}")
+
+    def _reclaim(self, worker: str, epoch: int, why: str) -> None:
+        for lease in self.leases.convict(worker, epoch):
             batch = lease.batch
             self._inflight -= 1
             self._stalls.pop(batch.id, None)
             rows = self._live(batch)
             self.table.clear_stall(rows)
-            reason = f"worker {lease.worker} lost (epoch {lease.epoch}, {verdict.reason})"
+            reason = f"worker {lease.worker} lost (epoch {lease.epoch}, {why})"
             self._retry_or_fail(rows, reason, "")
+        if self.executor is not None:
+            self.executor.convicted(worker, epoch)
         self._kick()
+
+    def claim(self, batch: Batch, epoch: int) -> bool | None:
+        """A remote result for ``batch``, computed under ``epoch``, is in the engine's hands: its
+        lease ends now, so no later conviction can requeue what is about to be committed. False:
+        the batch was fenced (reject the result); None: the result is from an epoch older than the
+        lease's (stale)."""
+        if self.leases.fenced(batch):
+            return False
+        leased = self.leases.epoch(batch)
+        if leased is not None and epoch < leased:
+            return None
+        self.leases.release(batch)
+        return True
 
     def _open_journal(self) -> tuple[Journal, ResumeState]:
         """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""
@@ -250,6 +284,8 @@ class Engine:
             async with asyncio.TaskGroup() as tg:
                 feeder = tg.create_task(self.feeder.run(), name="warpdeck-feeder")
                 pub = tg.create_task(self._publish_loop(), name="warpdeck-snapshots")
+                if self.executor is not None:
+                    await self._start_executor(self.executor)
                 lanes = [tg.create_task(lane.run(), name=f"warpdeck-lane{lane.id}") for lane in self.lanes]
                 await asyncio.gather(*lanes)
                 feeder.cancel()
@@ -259,6 +295,14 @@ class Engine:
             self.report = make_report(self, self.snapshot())
             self.publisher.publish(self.snapshot())
             self.publisher.close()
+
+    async def _start_executor(self, executor: RayExecutor) -> None:
+        """Start the actors once the control plane has a broker to give them (none: no heartbeats)."""
+        plane, broker, interval = self.control, None, 0.5
+        if plane is not None:
+            await asyncio.to_thread(plane.connected.wait, 30)
+            broker, interval = plane.address, plane.settings.heartbeat_s
+        await executor.start(broker, interval)
 
     def _final_status(self) -> str:
         if self._cancelled_all:
@@ -295,7 +339,7 @@ class Engine:
         return plan
 
     # -- LaneHost -----------------------------------------------------------------------------------
-    async def next_batch(self, lane: Lane) -> Batch | None:
+    async def next_batch(self, lane: Lane | RayLane) -> Batch | None:
         """Hand ``lane`` its next batch; None once nothing can come any more."""
         waited_from = time.perf_counter()
         try:
@@ -439,7 +483,7 @@ class Engine:
             self._tune(self.lanes[record.lane], recs)
         self.metrics.serial_s += time.perf_counter() - t0
 
-    def _tune(self, lane: Lane, recs: deque[BatchRecord]) -> None:
+    def _tune(self, lane: Lane | RayLane, recs: deque[BatchRecord]) -> None:
         ok = [r for r in recs if r.ok]
         if len(ok) < _TUNE_MIN_RECORDS:
             return
@@ -637,13 +681,17 @@ class Engine:
         are the engine's (a task is not tied to one worker across its attempts)."""
         busy = sum(any(h >= 0 for s in lane.slots for h in s.holders) for lane in lanes)
         state = "quarantined" if wid in self.quarantined else "dead" if self.leases.held(wid) else "online"
+        if self.executor is not None:
+            return self.executor.view(wid, state, len(lanes), busy, counts.done, counts.failed)
         return WorkerView(id=wid, state=state, host=_HOST, pid=os.getpid(), device=self.backend.device_name,
                           epoch=self._epoch_of(wid), lanes=len(lanes), lanes_busy=busy,
                           progress=sum(lane.batches_done for lane in lanes), tasks_done=counts.done,
                           tasks_failed=counts.failed)
 
     @staticmethod
-    def _lane_view(lane: Lane) -> LaneView:
+    def _lane_view(lane: Lane | RayLane) -> LaneView:
+        if not isinstance(lane, Lane):
+            return lane.view()
         slots = []
         for s in lane.ring:
             holders = tuple(b.holder if not b.release.done() else -1 for b in s.buffers())
@@ -659,6 +707,24 @@ def _probe(lanes: list[Lane], nvml: NvmlSampler | None) -> WorkerProbe:
                        lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
                        leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()),
                        device_stats=nvml if nvml is not None and nvml.available else None)
+
+
+def _scale_out(spec: PipelineSpec, on_change: Callable[[], None], workers: int,
+               backend: Backend | None) -> tuple[RayExecutor | None, int, Backend | None]:
+    """For ``executor = "ray"``: the actors (joining the cluster), one worker per actor, and a
+    NumPy backend for the engine itself (it computes nothing). Otherwise what was given."""
+    if spec.executor.kind != "ray":
+        return None, workers, backend
+    from warpdeck.engine.scaleout.executor import RayExecutor  # noqa: PLC0415 - only a Ray run loads it
+
+    executor = RayExecutor(spec, on_change)
+    return executor, len(executor.workers), backend or NumpyBackend("executor = ray: stages run on the actors")
+
+
+def _worker_ids(base: str, workers: int, executor: RayExecutor | None) -> list[str]:
+    if executor is not None:
+        return executor.worker_ids
+    return [base] if workers == 1 else [f"{base}.w{k}" for k in range(workers)]
 
 
 def feeder_watermarks(spec: PipelineSpec, lanes: int | None = None) -> tuple[int, int]:

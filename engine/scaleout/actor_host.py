@@ -1,0 +1,163 @@
+"""Inside a Ray actor: the host its real lanes report to, fed by the engine's calls.
+
+The decisions this module protects:
+- The actor runs the same ``Lane`` as the engine (slot ring, fill → h2d → compute → d2h → sink on
+  ordered streams); only its host differs. ``next_batch`` hands over what the engine sent; the
+  lane's "sink" keeps each output row for the engine, which commits it under its lease fence.
+  So the journal and exactly-once stay in the engine, in one place.
+- The actor owns no task table and judges nothing: a failure goes back to the engine as text with
+  its phase, and the engine's retry policy decides.
+- Task keys inside the actor are ``<batch>/<row>``: the same task may sit in two batches at once
+  (a fenced one still running and its new attempt), and their outputs must not mix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.batching import Batch
+from warpdeck.engine.lanes import BatchRecord, Lane, format_exception
+from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
+from warpdeck.engine.sources import TaskInput
+from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
+
+__all__ = ["ActorHost", "ArrivedSource", "KeepingSink"]
+
+
+class ArrivedSource:
+    """Loads a task from the array the engine sent (``handle`` is the task's input row)."""
+
+    total: int | None = None
+
+    def items(self) -> Iterator[TaskInput]:  # pragma: no cover - the engine enumerates, not the actor
+        return iter(())
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        for j, t in enumerate(items):
+            np.copyto(out[j], t.handle)
+        return [None] * len(items)
+
+
+@dataclass(slots=True)
+class _Pending:
+    job: BatchJob
+    epoch: int
+    received: float
+    done: asyncio.Future[BatchOutcome]
+    outputs: npt.NDArray[Any] | None = None
+    failure: tuple[str, str, str] | None = None
+    record: BatchRecord | None = None
+    rows: int = 0
+    finishing: bool = False
+
+
+class KeepingSink:
+    """The lane's sink: copies each output row into its batch's outcome array (``<batch>/<row>``)."""
+
+    def __init__(self, pending: dict[int, _Pending]) -> None:
+        self._pending = pending
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        batch, _, row = key.partition("/")
+        p = self._pending[int(batch)]
+        if p.outputs is None:
+            p.outputs = np.empty((len(p.job.inputs), *out.shape), out.dtype)
+        p.outputs[int(row)] = out
+        p.rows += 1
+
+
+@dataclass(slots=True)
+class ActorHost:
+    """The ``LaneHost`` of an actor's lanes: one inbox per lane, one future per batch."""
+
+    lanes: int
+    epoch_now: Any = None  # () -> int: the worker's epoch as a batch arrives
+    _inbox: list[asyncio.Queue[Batch | None]] = field(default_factory=list)
+    pending: dict[int, _Pending] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._inbox = [asyncio.Queue() for _ in range(self.lanes)]
+
+    def submit(self, job: BatchJob) -> asyncio.Future[BatchOutcome]:
+        """Queue ``job`` for its lane; the future resolves with its outcome."""
+        loop = asyncio.get_running_loop()
+        epoch = int(self.epoch_now()) if self.epoch_now is not None else 0
+        p = _Pending(job, epoch, time.perf_counter(), loop.create_future())
+        self.pending[job.batch] = p
+        items = [TaskInput(f"{job.batch}/{j}", job.key, job.inputs[j]) for j in range(len(job.inputs))]
+        batch = Batch(job.batch, job.key, np.arange(len(items), dtype=np.int64), items, p.received)
+        self._inbox[job.lane].put_nowait(batch)
+        return p.done
+
+    def close(self) -> None:
+        """Let every lane finish what it holds and stop."""
+        for q in self._inbox:
+            q.put_nowait(None)
+
+    # -- LaneHost -------------------------------------------------------------------------------
+    async def next_batch(self, lane: Lane) -> Batch | None:
+        batch = await self._inbox[lane.id].get()
+        if batch is not None:
+            p = self.pending.get(batch.id)
+            if p is not None and p.job.depth != lane.depth:
+                lane.set_depth(p.job.depth)
+        return batch
+
+    def on_started(self, batch: Batch) -> None:
+        pass
+
+    def fenced(self, batch: Batch) -> bool:
+        return False  # the engine fences; the actor always hands its result back
+
+    def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
+        return batch  # ArrivedSource never fails a row
+
+    def on_phase(self, batch: Batch, phase: Phase) -> None:
+        pass
+
+    def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None:
+        pass
+
+    def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None:
+        p = self.pending.get(batch.id)
+        if p is not None:
+            p.failure = (phase.name.lower(), f"{type(exc).__name__}: {exc}", format_exception(exc))
+            self._finish_soon(p)
+
+    def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None:
+        p = self.pending.get(batch.id)
+        if p is None:
+            return
+        bad = next((e for e in errors if e is not None), None)
+        if bad is not None or p.rows != len(batch):
+            exc = bad or RuntimeError(f"{p.rows} of {len(batch)} outputs kept")
+            p.failure = ("sink", f"{type(exc).__name__}: {exc}", format_exception(exc))
+        self._finish_soon(p)
+
+    def on_record(self, record: BatchRecord) -> None:
+        p = self.pending.get(record.batch)
+        if p is not None:
+            p.record = record
+
+    # -- outcomes -------------------------------------------------------------------------------
+    def _finish_soon(self, p: _Pending) -> None:
+        # The lane reports the record right after the result, in the same step: finish after it.
+        if not p.finishing:
+            p.finishing = True
+            asyncio.get_running_loop().call_soon(self._finish, p)
+
+    def _finish(self, p: _Pending) -> None:
+        self.pending.pop(p.job.batch, None)
+        rec = p.record
+        phases = rec.phases if rec is not None else tuple((0.0, 0.0) for _ in RUN_PHASES)
+        outcome = BatchOutcome(p.job.batch, p.epoch, None if p.failure else p.outputs, p.failure, p.received,
+                               phases, rec.slot if rec is not None else -1)
+        if not p.done.done():
+            p.done.set_result(outcome)

@@ -1,0 +1,72 @@
+"""What travels between the engine and its Ray actors, through Ray's object store (never MQTT).
+
+The decision this module protects: data and control take separate roads. A batch's inputs go
+out as one array and its outputs come back as one array, both through Ray's object store (zero
+copy on the same node, Ray's transfer between nodes); the control plane carries only liveness
+(births, heartbeats, Wills). Errors cross as text, never as pickled exceptions: an exception
+class of the user's may not unpickle in the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy.typing as npt
+
+from warpdeck.engine.sources import BatchKey
+
+__all__ = ["BatchJob", "BatchOutcome", "WorkerHello"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJob:
+    """One batch for one of an actor's lanes: its tasks' inputs, already loaded by the engine."""
+
+    batch: int
+    #: The actor's lane (0 … lanes-1) that runs it.
+    lane: int
+    key: BatchKey
+    inputs: npt.NDArray[Any]
+    #: The lane's slot ring depth the engine asks for (the auto-tuner's choice).
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What an actor did with one batch, under which epoch, and when (the actor's clock)."""
+
+    batch: int
+    #: The worker's epoch when the batch arrived: the engine rejects a result from an older one.
+    epoch: int
+    #: Row j is task j's output; None when the batch failed.
+    outputs: npt.NDArray[Any] | None
+    #: (phase name, message, traceback) of a failed batch.
+    failure: tuple[str, str, str] | None
+    #: ``time.perf_counter`` of the actor when the batch arrived, and (start, end) per phase in
+    #: RUN_PHASES order on the same clock; (0, 0) for a phase not reached.
+    received: float
+    phases: tuple[tuple[float, float], ...]
+    slot: int = -1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of outputs coming back."""
+        return 0 if self.outputs is None else int(self.outputs.nbytes)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHello:
+    """An actor's answer when asked who it is: the epoch it heartbeats under now and its birth's
+    details (the engine's worker rows show them before the monitor hears the birth)."""
+
+    worker_id: str
+    epoch: int
+    host: str
+    pid: int
+    device: str
+    backend: str
+    lanes: int
+    #: Whether its heartbeat is connected to the broker (False without a control plane).
+    heartbeating: bool
+
