@@ -140,3 +140,10 @@ def hold_lanes(xp, inp, out):  # type: ignore[no-untyped-def]
     if lane in HELD_LANES:
         RELEASE_LANES.wait(60)
     out[...] = inp * 2
+
+
+def slow_double_40ms(xp: Any, inp: Any, out: Any) -> None:
+    """out = 2 * inp + 1, after 40 ms: Ray actors' batches last long enough to kill one mid-batch."""
+    time.sleep(0.040)
+    xp.multiply(inp, 2, out=out)
+    xp.add(out, 1, out=out)

@@ -1,0 +1,41 @@
+"""The control room's worker list (the engine snapshot's ``workers``) shows each Ray actor as a
+worker of its own: online, heard over MQTT (heartbeat age, epoch of its birth), with the host,
+pid and device its birth announced."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from wd_broker import Mosquitto
+from wd_build import spec as build_spec
+from wd_control import EngineThread, wait_for
+
+
+def test_the_worker_list_shows_both_actors(ray_cluster: ModuleType, mosquitto: Mosquitto) -> None:
+    spec = build_spec(["wd_stages:sleep_100ms"], name="ray-workers", executor="ray",
+                      source={"kind": "synthetic", "count": 1_000_000, "shape": [4], "dtype": "float32"})
+    with EngineThread(spec, mosquitto.address) as et:
+        eng = et.engine
+        assert eng is not None and eng.executor is not None
+
+        def heard_both() -> bool:
+            rows = {w.id: w for w in (et.snapshot().workers if et.snapshot() else ())}
+            return all(i in rows and rows[i].heartbeat_age_s is not None and rows[i].progress > 0
+                       for i in ("ray-0", "ray-1"))
+
+        wait_for(heard_both, 60, "both actors heard over MQTT, each with a batch done")
+        rows = {w.id: w for w in et.snapshot().workers}  # type: ignore[union-attr]
+        assert set(rows) == {"ray-0", "ray-1"}, "an actor is a worker; the engine itself computes nothing"
+        pids = set()
+        for w in eng.executor.workers:
+            row, hello = rows[w.id], w.hello
+            assert hello is not None
+            assert row.state == "online"
+            assert (row.host, row.pid, row.device, row.epoch) == (hello.host, hello.pid, hello.device, w.epoch)
+            assert "ray gpu" in row.device and row.lanes == 1
+            pids.add(row.pid)
+        assert len(pids) == 2, "one process per actor"
+        # The monitor knows them from their own births (their own MQTT connections).
+        heard = {s.worker_id: s for s in eng.control.workers}  # type: ignore[union-attr]
+        assert {"ray-0", "ray-1"} <= set(heard)
+        assert heard["ray-0"].info["pid"] == rows["ray-0"].pid
