@@ -241,7 +241,7 @@ class Engine:
             reason = f"worker {lease.worker} lost (epoch {lease.epoch}, {why})"
             self._retry_or_fail(rows, reason, "")
         if self.executor is not None:
-            self.executor.convicted(worker, epoch)
+            self.executor.convicted(worker, epoch, why)
         self._kick()
 
     def claim(self, batch: Batch, epoch: int) -> bool | None:

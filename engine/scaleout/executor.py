@@ -15,7 +15,9 @@ The decisions this module protects:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from warpdeck.engine.config import PipelineSpec
 from warpdeck.engine.control.broker import BrokerAddress
@@ -28,7 +30,19 @@ from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import WorkerView
 from warpdeck.engine.sources import BatchKey, Source
 
-__all__ = ["RayExecutor", "WorkersDidNotStart"]
+__all__ = ["Conviction", "RayExecutor", "WorkersDidNotStart"]
+
+
+@dataclass(frozen=True, slots=True)
+class Conviction:
+    """One conviction of an actor's epoch and what caused it (``will``, ``silent``… from the
+    monitor, ``ray: …`` from Ray's actor-death error); the first per epoch is the one that acted."""
+
+    worker: str
+    epoch: int
+    why: str
+    #: ``time.monotonic()`` when the engine acted on it.
+    at: float
 
 
 class WorkersDidNotStart(RuntimeError):
@@ -51,6 +65,8 @@ class RayExecutor:
         self.start_timeout_s = start_timeout_s
         self.workers = [RemoteWorker(f"ray-{k}", k, on_change) for k in range(count)]
         self._by_id = {w.id: w for w in self.workers}
+        #: Every conviction of an actor, in order (both paths: the second for an epoch finds nothing).
+        self.convictions: list[Conviction] = []
 
     @property
     def worker_ids(self) -> list[str]:
@@ -68,10 +84,11 @@ class RayExecutor:
         w = self._by_id.get(worker)
         return None if w is None else w.epoch
 
-    def convicted(self, worker: str, epoch: int) -> None:
+    def convicted(self, worker: str, epoch: int, why: str) -> None:
         """``worker`` was convicted: learn its next epoch (a restarted or re-born actor)."""
         w = self._by_id.get(worker)
         if w is not None:
+            self.convictions.append(Conviction(worker, epoch, why, time.monotonic()))
             w.convicted(epoch)
 
     async def start(self, broker: BrokerAddress | None, heartbeat_s: float) -> None:
