@@ -9,11 +9,14 @@ heartbeats we know when it left (``Heartbeater.outbox``, on ``time.monotonic``) 
 plane has heard it yet. The oldest one sent and not yet heard says how far behind the input runs
 now, before the backlog is read: exactly when a verdict would be wrong.
 
-While the lag is at least ``hold_s`` the monitor convicts nobody for silence
-(``WorkerMonitor.on_input_lag``); once it is below ``resume_s`` again, silence counts afresh from
-then. Wills still convict at once: a Will is evidence, not the absence of it. A hold lasts at most
-``max_hold_s``: a probe that never arrives (lost on a connection nobody noticed breaking yet) must
-not blind the monitor for good.
+When the lag reaches ``hold_s`` the monitor is told the input has lagged since the oldest unheard
+heartbeat left, and until the lag is below ``resume_s`` again; that span counts as nobody's
+silence (``WorkerMonitor.on_input_lag``). Wills still convict at once: a Will is evidence, not the
+absence of it. ``hold_s`` must be well inside the phi budget (about 1.8 s): a worker last heard up
+to an interval before the input stalled, and the first unheard probe sent up to an interval after,
+leave hold_s + 1 s of silence counted at worst. A hold lasts at most ``max_hold_s``: a probe that
+never arrives (lost on a connection nobody noticed breaking yet) must not blind the monitor for
+good.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ Sent = tuple[int, int, float]
 
 @dataclass(frozen=True, slots=True)
 class LagChange:
-    """The hold began (``holding``) or ended, at ``at``, with the lag measured then."""
+    """The hold began (``holding``) or ended, at ``at``, with the lag measured then: a hold began
+    ``lag_s`` before ``at``, when the oldest unheard heartbeat left."""
 
     holding: bool
     at: float
@@ -39,7 +43,7 @@ class LagChange:
 class InputLag:
     """Tracks what was heard of each probe worker and turns the lag into hold / resume changes."""
 
-    def __init__(self, hold_s: float | None = 1.0, resume_s: float = 0.5, max_hold_s: float = 10.0) -> None:
+    def __init__(self, hold_s: float | None = 0.5, resume_s: float = 0.25, max_hold_s: float = 10.0) -> None:
         """``hold_s`` None: measure, never hold."""
         if hold_s is not None and not 0 < resume_s <= hold_s < max_hold_s:
             raise ValueError(f"need 0 < resume_s ({resume_s}) <= hold_s ({hold_s}) < max_hold_s ({max_hold_s})")

@@ -9,9 +9,10 @@ The decisions this module protects (DESIGN.md section 5):
 - **Broker lost**: while the monitor is itself disconnected it convicts nobody and shows every
   living worker as stale. After it reconnects, silence is counted from the reconnection, and nobody
   is convicted for silence during a grace period in which workers re-birth.
-- **Input lag**: while the monitor's own input runs behind (``on_input_lag``, measured by
-  ``engine/control/lag.py``), it convicts nobody for silence and shows living workers as stale;
-  when it has caught up, silence counts afresh from then. Late heartbeats are not silent workers.
+- **Input lag**: the time during which the monitor's own input ran behind (``on_input_lag``,
+  measured by ``engine/control/lag.py``, from the moment the lag began) is not counted as anyone's
+  silence, and meanwhile living workers show as stale. Late heartbeats are not silent workers;
+  a worker silent outside those spans is still convicted, only later by their length.
 - **Stuck**: heartbeats flowing, work leased, and the progress counter frozen past the worker's
   deadline make it hung, once per episode, until progress moves or the work is gone.
 
@@ -50,6 +51,8 @@ __all__ = [
 _SEQ_MOD = 256
 _NEVER = math.inf
 _EMPTY: Mapping[str, object] = MappingProxyType({})
+#: Input-lag spans remembered: older ones lie before any silence still being judged.
+_MAX_HOLDS = 256
 
 
 class MonitorConfig(BaseModel):
@@ -230,6 +233,8 @@ class WorkerMonitor:
         self._quarantined: set[str] = set()
         self._connected = True
         self._lagging = False
+        #: Spans [start, end] of input lag, oldest first; the last is open (end inf) while lagging.
+        self._holds: list[list[float]] = []
         self._disconnected_at = _NEVER
         #: Silence is counted from no earlier than this: the last reconnection.
         self._floor = -_NEVER
@@ -287,9 +292,10 @@ class WorkerMonitor:
             w.missed += step - 1
             self._missed += step - 1
         w.last_seq = seq
-        # An interval spanning the monitor's own disconnection is not the worker's rhythm.
-        heard_since_floor = w.last_hb is not None and w.last_hb >= self._floor
-        w.accrual.heartbeat(now, sample=heard_since_floor)
+        # An interval spanning the monitor's own disconnection or input lag is not the worker's rhythm.
+        last = w.last_hb
+        rhythm = last is not None and last >= self._floor and not (self._holds and self._held(last, now) > 0.0)
+        w.accrual.heartbeat(now, sample=rhythm)
         w.last_hb = w.last_seen = now
         self._arm_silence(w, now)
         self._track_progress(w, progress, busy, now)
@@ -323,18 +329,20 @@ class WorkerMonitor:
             if w.convicted_at is None:
                 w.due = max(w.due, now + self._budget(w))
 
-    def on_input_lag(self, lagging: bool, now: float) -> None:
-        """The monitor's own input runs behind (``lagging``) or has caught up. While it lags,
-        nobody is convicted for silence; once it has caught up, silence counts from ``now``, as
-        after a reconnection but with no grace: nothing was lost, the backlog has been read."""
-        if lagging or not self._lagging:
-            self._lagging = lagging
-            return
-        self._lagging = False
-        self._floor = max(self._floor, now)
-        for w in self._workers.values():
-            if w.convicted_at is None:
-                w.due = max(w.due, now + self._budget(w))
+    def on_input_lag(self, lagging: bool, now: float, since: float | None = None) -> None:
+        """The monitor's own input runs behind (``lagging``, behind since ``since``) or has caught
+        up (at ``now``). The span in between is no one's silence; Wills still convict at once."""
+        if lagging and not self._lagging:
+            self._lagging = True
+            start = now if since is None else min(since, now)
+            if self._holds and start <= self._holds[-1][1]:
+                self._holds[-1][1] = _NEVER  # overlaps the previous span: reopen it
+            else:
+                self._holds.append([start, _NEVER])
+            del self._holds[:-_MAX_HOLDS]
+        elif not lagging and self._lagging:
+            self._lagging = False
+            self._holds[-1][1] = now
 
     # -- operator and caller settings --------------------------------------------------------------
     def set_deadline(self, worker_id: str, seconds: float | None) -> None:
@@ -365,7 +373,7 @@ class WorkerMonitor:
         self._pending = []
         if not self._connected:
             return out
-        judge_silence = now >= self._grace_until and not self._lagging
+        judge_silence = now >= self._grace_until
         floor = self._floor
         for w in self._workers.values():
             if w.convicted_at is not None:
@@ -473,7 +481,18 @@ class WorkerMonitor:
             return None
         if not self._connected:
             now = min(now, self._disconnected_at)
-        return max(now - max(w.last_seen, self._floor), 0.0)
+        since = max(w.last_seen, self._floor)
+        held = self._held(since, now) if self._holds else 0.0
+        return max(now - since - held, 0.0)
+
+    def _held(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] during which the input lagged."""
+        total = 0.0
+        for start, end in reversed(self._holds):
+            if end <= t0:
+                break
+            total += max(min(end, t1) - max(start, t0), 0.0)
+        return total
 
     def _phi(self, w: _Worker, now: float) -> float:
         silence = self._silence(w, now)
@@ -488,6 +507,10 @@ class WorkerMonitor:
         # itself, so rounding at the boundary only delays a conviction to the next tick.
         if phi >= self.config.phi_threshold or silence >= w.backstop_s:
             self._convict(w, now, "silent", phi=phi, silence=silence)
+        else:
+            # Silence grows no faster than the clock: look again when the budget could be spent
+            # (later than its deadline when some of the silence was the monitor's own input lag).
+            w.due = now + max(self._budget(w) - silence, 0.0)
 
     def _convict(
         self, w: _Worker, now: float, reason: VerdictReason, *, phi: float | None = None, silence: float | None = None

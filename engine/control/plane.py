@@ -11,6 +11,8 @@ The decisions this module protects:
   only stops telemetry, and the plane reconnects with backoff.
 - Every message is validated once, here, at the socket; a bad one is counted by reason and
   dropped. A command is verified (HMAC, expiry, replay) before the engine sees it.
+- A worker convicted for silence is told so by a retained death for that epoch on its own death
+  topic: if it is alive after all, it is born again under a new epoch (engine/control/heartbeat.py).
 - While the plane is itself disconnected the monitor convicts nobody (it marks workers stale);
   nor while its input runs behind, which the engine's own workers' heartbeats measure
   (engine/control/lag.py).
@@ -85,7 +87,7 @@ class ControlSettings:
     read_every_s: float | None = 0.01
     """Read the socket in batches this often (engine/control/socket_reads.py); None reads each
     message as it arrives, through aiomqtt."""
-    input_lag_hold_s: float | None = 1.0
+    input_lag_hold_s: float | None = 0.5
     """Hold silence verdicts while the monitor's input runs this far behind (engine/control/lag.py);
     None never holds, to show what the hold prevents."""
 
@@ -115,7 +117,7 @@ class ControlPlane:
         self.monitor = WorkerMonitor(cfg)
         #: How far behind the plane hears, measured with the in-process workers' heartbeats.
         hold = settings.input_lag_hold_s
-        self.lag = InputLag(hold, resume_s=min(0.5, hold or 0.5))
+        self.lag = InputLag(hold, resume_s=(hold or 0.5) / 2)
         self.verifier = Verifier(settings.secret)
         self.dropped = DropCounter()
         self.refused: Counter[str] = Counter()
@@ -132,6 +134,8 @@ class ControlPlane:
         self.batched: BatchedReader | None = None
         self._command_tasks: set[asyncio.Task[None]] = set()
         self._pending_events: list[Event] = []
+        #: Silent convictions to tell their workers (a retained death on each one's death topic).
+        self._pending_deaths: list[Verdict] = []
         #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
         self._wills: dict[str, tuple[int, float]] = {}
         #: Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``).
@@ -402,6 +406,13 @@ class ControlPlane:
             for ev in self._pending_events:
                 await client.publish(self.topics.events, encode(ev), qos=1)
             self._pending_events.clear()
+            deaths, self._pending_deaths = self._pending_deaths, []
+            for v in deaths:
+                # A worker convicted for silence may be alive (thawed, or starved): this tells it,
+                # and it is born again under a new epoch; a monitor that attaches later learns it too.
+                why = f"convicted: silent for {v.silence_s or 0:.1f} s"
+                death = Death(worker=v.worker_id, epoch=v.epoch, reason=why)
+                await client.publish(self.topics.worker(v.worker_id, "death"), encode(death), qos=1, retain=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), period)
 
@@ -430,6 +441,8 @@ class ControlPlane:
             for verdict in verdicts:
                 self.verdicts.append(verdict)
                 self._pending_events.append(_verdict_event(verdict))
+                if verdict.kind == "dead" and verdict.reason == "silent":
+                    self._pending_deaths.append(verdict)
                 if self._on_verdict is not None and self._engine_loop is not None:
                     with contextlib.suppress(RuntimeError):  # the engine's loop has ended
                         self._engine_loop.call_soon_threadsafe(self._on_verdict, verdict)
@@ -445,12 +458,12 @@ class ControlPlane:
         change = self.lag.update(outboxes, now)
         if change is None:
             return
-        self.monitor.on_input_lag(change.holding, now)
+        self.monitor.on_input_lag(change.holding, now, since=now - change.lag_s)
         if change.holding:
-            _log.warning("control plane: input %.2f s behind; no worker is convicted for silence until it catches up",
+            _log.warning("control plane: input %.2f s behind; that time is nobody's silence until it catches up",
                          change.lag_s)
         else:
-            _log.info("control plane: input caught up (%.2f s behind); judging silence again", change.lag_s)
+            _log.info("control plane: input caught up (%.2f s behind)", change.lag_s)
 
     def heard(self) -> dict[str, Heartbeat]:
         """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
