@@ -10,6 +10,9 @@ The decisions this module protects:
 - The Will and the graceful death are retained and carry the epoch: a monitor that starts later
   still learns the worker died, and a later birth (newer epoch) supersedes both.
 - The broker may go away: the worker keeps computing and reconnects with backoff (a new epoch).
+- A worker convicted while alive (frozen and thawed, or starved past the monitor's patience) learns
+  it from the death the monitor publishes on its death topic for that epoch, and is born again
+  under a new epoch: its old leases stay fenced, and it takes work again.
 - Device statistics (NVML, where ``nvidia-ml-py`` is installed) are sampled at most twice a second
   off the heartbeat's path, so a slow driver call cannot delay a heartbeat.
 
@@ -39,13 +42,14 @@ import aiomqtt
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.topics import Topics, check_name
-from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, encode
+from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, WireError, decode, encode
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
 
 #: Heartbeats remembered in ``Heartbeater.outbox``: 16 s at 2 Hz, and fewer than the 256 sequence
 #: numbers, so a (epoch, seq) pair in it is unambiguous.
 _OUTBOX = 32
+_DEATH = frozenset(("death",))
 
 
 
@@ -118,6 +122,8 @@ class Heartbeater:
         #: heartbeat's thread; read with ``tuple()`` from any other.
         self.outbox: deque[tuple[int, int, float]] = deque(maxlen=_OUTBOX)
         self.reconnects = 0
+        #: Times this worker heard itself convicted while alive, and was born again.
+        self.rebirths = 0
         self.last_error = ""
         self.connected = threading.Event()
         self._killed = False
@@ -228,9 +234,38 @@ class Heartbeater:
             retain=True,
         )
         self.connected.set()
-        hb_topic = topics.worker(wid, "hb")
+        # A death for this epoch that we did not send: the monitor convicted us while we live.
+        await client.subscribe(topics.worker(wid, "death"), qos=1)
+        convicted = asyncio.ensure_future(self._convicted(client, epoch))
+        stop = asyncio.ensure_future(stopping.wait())
+        try:
+            await self._beat(client, epoch, convicted, stop)
+        finally:
+            for t in (convicted, stop):
+                t.cancel()
+            await asyncio.gather(convicted, stop, return_exceptions=True)
+        if convicted.done() and not convicted.cancelled():
+            exc = convicted.exception()
+            if exc is not None:
+                raise exc  # the connection broke while we listened: _run reconnects
+            if not stopping.is_set():
+                self.rebirths += 1  # convicted: leave without a goodbye; _run connects under a new epoch
+                return
+        if self._killed:
+            return
+        await client.publish(
+            topics.worker(wid, "death"),
+            encode(Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye)),
+            qos=1,
+            retain=True,
+        )
+
+    async def _beat(self, client: Any, epoch: int, convicted: asyncio.Future[None], stop: asyncio.Future[bool]) -> None:
+        """Heartbeat every ``interval_s`` until ``stop`` or ``convicted`` completes."""
+        wid = self.worker_id
+        hb_topic = self.topics.worker(wid, "hb")
         next_at = time.monotonic()
-        while not stopping.is_set():
+        while not (stop.done() or convicted.done()):
             self._read_probe()
             last = self._last
             # Into the outbox before the send: a monitor in this process may hear it at once.
@@ -257,16 +292,21 @@ class Heartbeater:
             now = time.monotonic()
             if next_at < now:  # we fell behind (a stopped process was resumed): start afresh
                 next_at = now + self.interval_s
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), next_at - now)
-        if self._killed:
-            return
-        await client.publish(
-            topics.worker(wid, "death"),
-            encode(Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye)),
-            qos=1,
-            retain=True,
-        )
+            await asyncio.wait((stop, convicted), timeout=next_at - now, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _convicted(self, client: Any, epoch: int) -> None:
+        """Return when a death of ``epoch`` (or newer) that is not our own goodbye arrives."""
+        async for message in client.messages:
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray) or not payload:
+                continue
+            try:
+                death = decode(bytes(payload), _DEATH)
+            except WireError:
+                continue
+            if isinstance(death, Death) and death.worker == self.worker_id and death.epoch >= epoch \
+                    and not death.graceful:
+                return
 
     def _read_probe(self) -> None:
         p, last = self.probe, self._last
