@@ -86,7 +86,10 @@ class RayLane:
         self.output_blocked = False
         self.batches_done = 0
         self.nbytes = 0
-        self._out: dict[int, int] = {}
+        #: Batches out: id -> the batch and the task dispatching it.
+        self._out: dict[int, tuple[Batch, asyncio.Task[None]]] = {}
+        #: Batches whose dispatch was given up because the engine fenced them.
+        self._abandoned: set[int] = set()
         self._room = asyncio.Event()
         self.streams = StreamSet(lane_id)
 
@@ -123,8 +126,8 @@ class RayLane:
                         return
                     batch.lane = self.id
                     self.host.on_started(batch)
-                    self._out[batch.id] = -1
-                    tg.create_task(self._one(batch), name=f"warpdeck-{self.worker.id}.{self.remote_lane}-b{batch.id}")
+                    name = f"warpdeck-{self.worker.id}.{self.remote_lane}-b{batch.id}"
+                    self._out[batch.id] = (batch, tg.create_task(self._one(batch), name=name))
         finally:
             self.status = "stopped" if not self.worker.gone.is_set() else "worker gone"
             await asyncio.to_thread(self.streams.close)
@@ -145,11 +148,28 @@ class RayLane:
                 await want
         return want.result() if not want.cancelled() else None
 
+    def abandon_fenced(self) -> int:
+        """Stop waiting for every batch out that the engine fenced: its tasks already run elsewhere,
+        and a frozen or cut-off actor must not hold this lane (and so the run) until it wakes. Its
+        result, should it come, is dropped by Ray. Returns how many were given up."""
+        n = 0
+        for bid, (batch, task) in list(self._out.items()):
+            if bid not in self._abandoned and self.host.fenced(batch):
+                self._abandoned.add(bid)
+                task.cancel()
+                n += 1
+        return n
+
     async def _one(self, batch: Batch) -> None:
         try:
             await self._dispatch(batch)
+        except asyncio.CancelledError:
+            if batch.id not in self._abandoned:
+                raise
+            self.host.on_failed(batch, Phase.COMPUTE, asyncio.CancelledError("fenced"))  # counted as rejected
         finally:
             self._out.pop(batch.id, None)
+            self._abandoned.discard(batch.id)
             self._room.set()
 
     async def _dispatch(self, batch: Batch) -> None:
@@ -172,7 +192,6 @@ class RayLane:
         except WorkerCallFailed as exc:
             host.on_failed(batch, Phase.COMPUTE, exc)
             return
-        self._out[batch.id] = outcome.slot
         if outcome.failure is not None:
             phase, message, tb = outcome.failure
             host.on_failed(batch, Phase[phase.upper()], RemoteFailure(self.worker.id, phase, message, tb))

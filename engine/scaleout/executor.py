@@ -45,12 +45,12 @@ class Conviction:
     at: float
 
 
-class WorkersDidNotStart(RuntimeError):
+class WorkersDidNotStart(raylink.RayUnavailable):
     """Actors that did not answer in time; ``waiting`` names them."""
 
     def __init__(self, waiting: list[str], timeout_s: float, gpus: float) -> None:
         self.waiting = waiting
-        super().__init__(f"Ray actors {', '.join(waiting)} did not start within {timeout_s:g} s "
+        super().__init__(f"actors {', '.join(waiting)} did not start within {timeout_s:g} s "
                          f"(each needs {gpus:g} GPU; does the cluster have that many free?)")
 
 
@@ -60,13 +60,19 @@ class RayExecutor:
     def __init__(self, spec: PipelineSpec, on_change: Callable[[], None], start_timeout_s: float = 120.0) -> None:
         ex = spec.executor
         raylink.connect(ex.address)
-        count = ex.workers if ex.workers is not None else max(1, raylink.cluster_gpus())
+        gpus = raylink.cluster_gpus()
+        if ex.gpus_per_worker > 0 and gpus == 0:
+            raise raylink.RayUnavailable("the Ray cluster has no GPUs: add GPU nodes, or set [executor] "
+                                         "gpus_per_worker = 0 to run the actors on CPUs")
+        count = ex.workers if ex.workers is not None else max(1, int(gpus // ex.gpus_per_worker) if ex.gpus_per_worker
+                                                              else 1)
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.workers = [RemoteWorker(f"ray-{k}", k, on_change) for k in range(count)]
         self._by_id = {w.id: w for w in self.workers}
         #: Every conviction of an actor, in order (both paths: the second for an epoch finds nothing).
         self.convictions: list[Conviction] = []
+        self._lanes: list[RayLane] = []
 
     @property
     def worker_ids(self) -> list[str]:
@@ -76,8 +82,9 @@ class RayExecutor:
               plan_for: Callable[[BatchKey], StagePlan]) -> list[RayLane]:
         """``spec.lanes`` engine-side lanes per actor, numbered actor by actor."""
         per = self.spec.lanes
-        return [RayLane(w.index * per + j, w, j, self.spec.slot_depth, host, source, sink, plan_for,
-                        self.spec.nonfinite) for w in self.workers for j in range(per)]
+        self._lanes = [RayLane(w.index * per + j, w, j, self.spec.slot_depth, host, source, sink, plan_for,
+                               self.spec.nonfinite) for w in self.workers for j in range(per)]
+        return self._lanes
 
     def epoch_of(self, worker: str) -> int | None:
         """The epoch ``worker`` works under (None: not one of these actors)."""
@@ -85,10 +92,14 @@ class RayExecutor:
         return None if w is None else w.epoch
 
     def convicted(self, worker: str, epoch: int, why: str) -> None:
-        """``worker`` was convicted: learn its next epoch (a restarted or re-born actor)."""
+        """``worker`` was convicted (its batches fenced): stop waiting for them, and learn its next
+        epoch (a restarted or re-born actor)."""
         w = self._by_id.get(worker)
         if w is not None:
             self.convictions.append(Conviction(worker, epoch, why, time.monotonic()))
+            for lane in self._lanes:
+                if lane.worker is w:
+                    lane.abandon_fenced()
             w.convicted(epoch)
 
     async def start(self, broker: BrokerAddress | None, heartbeat_s: float) -> None:
