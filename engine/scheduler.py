@@ -281,11 +281,12 @@ class Engine:
 
     async def _run(self) -> None:
         try:
+            if self.executor is not None:  # before the task group: a failure to start is raised as is
+                self.publisher.publish(self.snapshot())
+                await self._start_executor(self.executor)
             async with asyncio.TaskGroup() as tg:
                 feeder = tg.create_task(self.feeder.run(), name="warpdeck-feeder")
                 pub = tg.create_task(self._publish_loop(), name="warpdeck-snapshots")
-                if self.executor is not None:
-                    await self._start_executor(self.executor)
                 lanes = [tg.create_task(lane.run(), name=f"warpdeck-lane{lane.id}") for lane in self.lanes]
                 await asyncio.gather(*lanes)
                 feeder.cancel()

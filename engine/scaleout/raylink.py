@@ -20,11 +20,16 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from warpdeck.engine.backends.base import BackendError
+
 __all__ = ["RayUnavailable", "WorkerCallFailed", "WorkerDied", "call", "cluster_gpus", "connect", "kill", "spawn"]
 
 
-class RayUnavailable(RuntimeError):
-    """Ray is not installed, or the cluster cannot be joined."""
+class RayUnavailable(BackendError):
+    """Ray is not installed, the cluster cannot be joined, or it cannot hold the actors."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("ray", reason)
 
 
 class WorkerDied(RuntimeError):
