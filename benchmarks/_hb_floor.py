@@ -1,14 +1,15 @@
 """The floor under the monitor's CPU: a bare aiomqtt subscriber to the same worker topics.
 
 It connects as the control plane does (aiomqtt, one subscription to ``warpdeck/<pipeline>/worker/+/+``
-at QoS 1) and takes each message the way ``engine/control/plane.py`` does since it stopped iterating
-``client.messages``: a ``queue_type`` whose ``put_nowait`` receives the message in paho's callback.
-Here that only counts: no validation, no monitor, no telemetry. So this is what the MQTT client
-(paho's packet reading, aiomqtt's ``Message``) costs per message before the plane's own work; if
-the plane's read path changes, this should follow it. ``--iterator`` measures the old path
-(``async for message in client.messages``: a task and an ``asyncio.wait`` per message).
+at QoS 1) and reads the way ``engine/control/plane.py`` does: batched socket reads every 10 ms
+(``engine/control/socket_reads.py``), each PUBLISH handed over in paho's callback. Here that only
+counts: no validation, no monitor, no telemetry. So this is what the MQTT client costs per message
+before the plane's own work; if the plane's read path changes, this should follow it. The plane's
+older paths, for comparison: ``--per-message`` (a ``queue_type`` whose ``put_nowait`` receives each
+message in paho's callback, one wake-up per message) and ``--iterator`` (``async for message in
+client.messages``: a task and an ``asyncio.wait`` per message).
 
-    python benchmarks/_hb_floor.py --port P --pipeline NAME [--iterator]
+    python benchmarks/_hb_floor.py --port P --pipeline NAME [--per-message | --iterator]
 
 Prints ``{"ready": true}`` once subscribed, ``{"msgs": N}`` when stdin closes (or on SIGTERM).
 """
@@ -24,6 +25,7 @@ import sys
 
 import aiomqtt
 
+from warpdeck.engine.control.socket_reads import read_in_batches
 from warpdeck.engine.control.topics import Topics
 
 
@@ -42,9 +44,18 @@ async def serve(args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_reader(0, lambda: None if os.read(0, 4096) else stop.set())
     count = 0
+    batched = 0
     queue = {} if args.iterator else {"queue_type": CountingQueue}
     async with aiomqtt.Client(args.host, args.port, identifier=f"wd-{args.pipeline}-floor",
                               max_queued_incoming_messages=100_000, **queue) as client:
+        if not (args.iterator or args.per_message):
+
+            def counted(_topic: str, _payload: bytes, _retain: bool) -> None:
+                nonlocal batched
+                batched += 1
+
+            if read_in_batches(client, counted) is None:
+                raise SystemExit("batched reads unavailable with the installed aiomqtt")
         await client.subscribe(Topics(args.pipeline).all_workers, qos=1)
         print(json.dumps({"ready": True}), flush=True)
 
@@ -57,7 +68,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
-    return count + CountingQueue.count
+    return count + batched + CountingQueue.count
 
 
 def main() -> int:
@@ -65,7 +76,9 @@ def main() -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--pipeline", required=True)
-    ap.add_argument("--iterator", action="store_true", help="iterate client.messages (the plane's old path)")
+    ap.add_argument("--per-message", action="store_true",
+                    help="one wake-up per message, taken in paho's callback (the plane before batched reads)")
+    ap.add_argument("--iterator", action="store_true", help="iterate client.messages (the plane's oldest path)")
     print(json.dumps({"msgs": asyncio.run(serve(ap.parse_args()))}), flush=True)
     return 0
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -96,6 +97,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     loop.add_reader(0, lambda: None if os.read(0, 4096) else stopping.set())
     async with Engine(spec, control=settings) as eng:
+        gc.freeze()  # as cli/headless.py does once its engine has started
         plane = eng.control
         assert plane is not None
         give_up = time.monotonic() + 30

@@ -6,6 +6,7 @@ It reads only snapshots and the final report (the engine never imports rich).
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -87,11 +88,18 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
                        control: ControlSettings | None = None) -> RunReport:
     """Run the engine with a live display (when ``live``) and print the summary."""
     async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
-        if live:
-            with Live(console=console, refresh_per_second=8, transient=False) as view:
-                async for snap in engine.publisher.stream():
-                    view.update(render_snapshot(snap))
-        report = await engine.wait()
+        # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
+        # full collection need not walk it. Full collections stop every thread, the control plane's
+        # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
+        gc.freeze()
+        try:
+            if live:
+                with Live(console=console, refresh_per_second=8, transient=False) as view:
+                    async for snap in engine.publisher.stream():
+                        view.update(render_snapshot(snap))
+            report = await engine.wait()
+        finally:
+            gc.unfreeze()
     await asyncio.sleep(0)
     console.print(summary_table(report))
     return report

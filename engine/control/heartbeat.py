@@ -209,6 +209,7 @@ class Heartbeater:
                     backoff = await wait_backoff(stopping, backoff)
         finally:
             self.connected.clear()
+            self.outbox.clear()
             if sampler is not None:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -250,6 +251,8 @@ class Heartbeater:
                 raise exc  # the connection broke while we listened: _run reconnects
             if not stopping.is_set():
                 self.rebirths += 1  # convicted: leave without a goodbye; _run connects under a new epoch
+                self.connected.clear()
+                self.outbox.clear()
                 return
         if self._killed:
             return

@@ -11,7 +11,7 @@ The decisions this module protects (DESIGN.md section 5):
   is convicted for silence during a grace period in which workers re-birth.
 - **Input lag**: the time during which the monitor's own input ran behind (``on_input_lag``,
   measured by ``engine/control/lag.py``, from the moment the lag began) is not counted as anyone's
-  silence, and meanwhile living workers show as stale. Late heartbeats are not silent workers;
+  silence, nor in the phi shown. Late heartbeats are not silent workers;
   a worker silent outside those spans is still convicted, only later by their length.
 - **Stuck**: heartbeats flowing, work leased, and the progress counter frozen past the worker's
   deadline make it hung, once per episode, until progress moves or the work is gone.
@@ -399,7 +399,7 @@ class WorkerMonitor:
                 state = WorkerState.QUARANTINED
             elif w.convicted_at is not None:
                 state = WorkerState.DEAD
-            elif not self._connected or self._lagging or w.last_seen is None or w.last_seen < self._floor:
+            elif not self._connected or w.last_seen is None or w.last_seen < self._floor:
                 state = WorkerState.STALE
             elif w.hung_since is not None:
                 state = WorkerState.HUNG

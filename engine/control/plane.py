@@ -454,7 +454,8 @@ class ControlPlane:
                 await asyncio.wait_for(stopping.wait(), self.settings.tick_s)
 
     def _measure_lag(self, now: float) -> None:
-        outboxes = [(wid, _outbox(h)) for wid, h in self.heartbeaters.items()]
+        # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.
+        outboxes = [(wid, _outbox(h)) for wid, h in self.heartbeaters.items() if h.connected.is_set()]
         change = self.lag.update(outboxes, now)
         if change is None:
             return
