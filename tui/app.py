@@ -1,24 +1,18 @@
 """The control room app: themes, screens, global keys and the current snapshot; nothing else.
 
 Screens and widgets derive what they show from ``snapshot``; keys become commands through the
-link (``actions.py``). Repaints follow snapshots, at most ``MAX_REPAINT_HZ`` a second.
-
-Once the first snapshot is painted, the app freezes the garbage collector's view of everything
-alive (``gc.freeze``): the imports, the DOM and the engine's task table (a list holding a key
-string per task). A full collection walks every object it tracks; with a million keys and
-Textual's caches that took over 100 ms on the UI loop, every few seconds, and a key pressed then
-waited for it. Afterwards a full collection walks only what was made since (a few ms). Frozen
-objects are still freed when nothing refers to them; only garbage in reference cycles among them
-waits, until the app exits and gives them back (``gc.unfreeze``).
+link (``actions.py``). Repaints follow snapshots, at most ``MAX_REPAINT_HZ`` a second. Once the
+first snapshot is painted, full garbage collections wait for the keyboard to go quiet
+(``collector.py``): one could take longer than a key may wait.
 """
 
 from __future__ import annotations
 
-import gc
 import time
 from pathlib import Path
 from typing import ClassVar
 
+from textual import events
 from textual.app import App
 from textual.reactive import var
 from textual.screen import ModalScreen
@@ -27,6 +21,7 @@ from textual.timer import Timer
 from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Quarantine, Release, Resume, RetryFailed
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME, all_themes
 from warpdeck.tui.actions import PipelineActions
+from warpdeck.tui.collector import QuietCollector
 from warpdeck.tui.command_line import CommandLineError, IdSuggester, Parsed, parse
 from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.keymap import bindings
@@ -82,7 +77,7 @@ class WarpdeckApp(PipelineActions, App[int]):
         self._pending: EngineSnapshot | None = None
         self._last_paint = 0.0
         self._paint_timer: Timer | None = None
-        self._frozen = False
+        self.collector = QuietCollector()
         self.readonly_note = "read-only" if link.readonly else ""
 
     @property
@@ -98,11 +93,16 @@ class WarpdeckApp(PipelineActions, App[int]):
         for error in self._theme_errors:
             self.notify(str(error), title="theme file skipped", severity="warning", timeout=10)
         self.link.start(self.post_message)
+        self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
     async def on_unmount(self) -> None:
         self.link.stop()
-        if self._frozen:
-            gc.unfreeze()
+        self.collector.stop()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self.collector.key_pressed()
+        await super().on_event(event)
 
     # -- snapshots ---------------------------------------------------------------------------------
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
@@ -118,9 +118,8 @@ class WarpdeckApp(PipelineActions, App[int]):
         if self._pending is not None:
             self._last_paint = time.monotonic()
             self.snapshot, self._pending = self._pending, None
-            if not self._frozen:
-                self._frozen = True
-                self.call_after_refresh(gc.freeze)
+            if not self.collector.running:
+                self.call_after_refresh(self.collector.start)
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message
