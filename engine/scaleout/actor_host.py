@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,23 +73,19 @@ class KeepingSink:
         p.rows += 1
 
 
-@dataclass(slots=True)
 class ActorHost:
-    """The ``LaneHost`` of an actor's lanes: one inbox per lane, one future per batch."""
+    """The ``LaneHost`` of an actor's lanes: one inbox per lane, one future per batch.
+    ``epoch_now`` says the worker's epoch as a batch arrives (the outcome carries it)."""
 
-    lanes: int
-    epoch_now: Any = None  # () -> int: the worker's epoch as a batch arrives
-    _inbox: list[asyncio.Queue[Batch | None]] = field(default_factory=list)
-    pending: dict[int, _Pending] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self._inbox = [asyncio.Queue() for _ in range(self.lanes)]
+    def __init__(self, lanes: int, epoch_now: Callable[[], int]) -> None:
+        self.epoch_now = epoch_now
+        self._inbox: list[asyncio.Queue[Batch | None]] = [asyncio.Queue() for _ in range(lanes)]
+        self.pending: dict[int, _Pending] = {}
 
     def submit(self, job: BatchJob) -> asyncio.Future[BatchOutcome]:
         """Queue ``job`` for its lane; the future resolves with its outcome."""
         loop = asyncio.get_running_loop()
-        epoch = int(self.epoch_now()) if self.epoch_now is not None else 0
-        p = _Pending(job, epoch, time.perf_counter(), loop.create_future())
+        p = _Pending(job, self.epoch_now(), time.perf_counter(), loop.create_future())
         self.pending[job.batch] = p
         items = [TaskInput(f"{job.batch}/{j}", job.key, job.inputs[j]) for j in range(len(job.inputs))]
         batch = Batch(job.batch, job.key, np.arange(len(items), dtype=np.int64), items, p.received)

@@ -61,8 +61,7 @@ class LaneWorker:
         self._broker = broker
         self._heartbeat_s = heartbeat_s
         self._epoch = 0
-        self.host = ActorHost(spec.lanes)
-        self.host.epoch_now = self.epoch
+        self.host = ActorHost(spec.lanes, self.epoch)
         self.lanes = [Lane(i, self.backend, spec.slot_depth, self.host, ArrivedSource(), KeepingSink(self.host.pending),
                            self._plan_for, spec.batch_size) for i in range(spec.lanes)]
         self._running: asyncio.Task[None] | None = None
