@@ -263,7 +263,7 @@ class Heartbeater:
             retain=True,
         )
 
-    async def _beat(self, client: Any, epoch: int, convicted: asyncio.Future[None], stop: asyncio.Future[bool]) -> None:
+    async def _beat(self, client: Any, epoch: int, convicted: asyncio.Future[Any], stop: asyncio.Future[Any]) -> None:
         """Heartbeat every ``interval_s`` until ``stop`` or ``convicted`` completes."""
         wid = self.worker_id
         hb_topic = self.topics.worker(wid, "hb")
