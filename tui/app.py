@@ -9,6 +9,7 @@ first snapshot is painted, full garbage collections wait for the keyboard to go 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +17,7 @@ from textual import events
 from textual.app import App
 from textual.reactive import var
 from textual.screen import ModalScreen
+from textual.suggester import Suggester
 from textual.timer import Timer
 
 from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Quarantine, Release, Resume, RetryFailed
@@ -36,6 +38,7 @@ from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.screens.timeline import TimelineScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.undo import UndoSlot
+from warpdeck.tui.widgets.prompt_bar import Check, PromptBar
 
 __all__ = ["MAX_REPAINT_HZ", "SCREENS_IN_ORDER", "WarpdeckApp"]
 
@@ -92,6 +95,7 @@ class WarpdeckApp(PipelineActions, App[int]):
     def on_mount(self) -> None:
         for error in self._theme_errors:
             self.notify(str(error), title="theme file skipped", severity="warning", timeout=10)
+        self._lay_out_screens()
         self.link.start(self.post_message)
         self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
@@ -139,6 +143,16 @@ class WarpdeckApp(PipelineActions, App[int]):
         switch paints on the next frame."""
         super().delay_update(0.001)  # (a zero delay divides by zero in Textual's timer)
 
+    def _lay_out_screens(self) -> None:
+        """Compose, style and lay out the other screens now, before the first snapshot. Textual
+        does it on a screen's first visit, and also re-reads every stylesheet then (a screen it
+        never styled counts as out of date): 50-80 ms while the key that asked for it waits."""
+        for mode in SCREENS_IN_ORDER:
+            if mode not in self._screen_stacks:
+                self._init_mode(mode)  # what switch_mode does first on a first visit
+                for screen in self._screen_stacks[mode]:
+                    screen._css_update_count = self._css_update_count  # styled from today's stylesheet
+
     def action_screen(self, name: str) -> None:
         if name in SCREENS_IN_ORDER and self.current_mode != name:
             self.switch_mode(name)
@@ -150,6 +164,10 @@ class WarpdeckApp(PipelineActions, App[int]):
         self._step_screen(-1)
 
     def _step_screen(self, step: int) -> None:
+        bar = self._prompt_bar()
+        if bar is not None and bar.is_open:
+            bar.complete()
+            return
         if isinstance(self.screen, PromptScreen):
             self.screen.complete()
             return
@@ -167,11 +185,23 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.push_screen(DetailScreen(key))
 
     # -- view --------------------------------------------------------------------------------------
+    def _prompt_bar(self) -> PromptBar | None:
+        """The current screen's own prompt bar, if it has one."""
+        bars = self.screen.query_children(PromptBar)
+        return bars.first() if bars and not isinstance(self.screen, PromptScreen) else None
+
+    def ask(self, prompt: str, then: Callable[[str | None], object], *, value: str = "", hint: str = "",
+            suggester: Suggester | None = None, check: Check | None = None) -> None:
+        """Open a one-line prompt: the screen's own bar, or a prompt screen over screens without one."""
+        bar = self._prompt_bar()
+        if bar is not None:
+            bar.ask(prompt, value=value, hint=hint, suggester=suggester, check=check, then=then)
+        else:
+            self.push_screen(PromptScreen(prompt, value=value, hint=hint, suggester=suggester, check=check), then)
+
     def action_filter(self) -> None:
-        self.push_screen(PromptScreen(
-            "filter (empty clears)", value=self.filter_text, check=_filter_error,
-            hint="regex on the key · state:failed phase:compute stall:memory attempt:2 · ! inverts · enter sets"),
-            self.set_filter)
+        self.ask("filter (empty clears)", self.set_filter, value=self.filter_text, check=_filter_error,
+                 hint="regex on the key · state:failed phase:compute stall:memory attempt:2 · ! inverts · enter sets")
 
     def set_filter(self, text: str | None) -> None:
         """Set the board's filter (None: leave it as it is)."""
@@ -182,8 +212,8 @@ class WarpdeckApp(PipelineActions, App[int]):
 
     def action_command_mode(self) -> None:
         suggester = IdSuggester(lambda: self.snapshot, lambda: self.theme_names)
-        self.push_screen(PromptScreen(":", hint="command · tab or → completes · " + "enter runs · escape closes",
-                                      suggester=suggester, check=_command_error), self._run_command_line)
+        self.ask(":", self._run_command_line, hint="command · tab or → completes · enter runs · escape closes",
+                 suggester=suggester, check=_command_error)
 
     def _run_command_line(self, text: str | None) -> None:
         if text:

@@ -27,6 +27,7 @@ from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.help import HelpScreen, help_table
 from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.widgets.lane_timeline import LaneTimeline
+from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.task_list import TaskList
 
 
@@ -135,17 +136,35 @@ def test_undo_with_nothing_to_undo_sends_nothing(tmp_path: Path) -> None:
 def test_filter_narrows_the_board_and_refuses_a_bad_regex(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with engine_app(tmp_path) as (app, pilot, _link):
+            board = app.screen
             await pilot.press("slash")
-            assert isinstance(app.screen, PromptScreen)
+            bar = board.query_one(PromptBar)
+            assert bar.is_open and isinstance(app.focused, Input)
             await type_into(app, pilot, "key:(")
-            assert isinstance(app.screen, PromptScreen)  # stays open, with the error
-            assert "not a regular expression" in str(app.screen.query_one("#prompt-error").render())
-            await pilot.press("escape", "slash")
+            assert bar.is_open  # stays open, with the error
+            assert "not a regular expression" in str(bar.query_one("#prompt-error").render())
+            await pilot.press("escape")
+            assert not bar.is_open and isinstance(app.focused, TaskList)  # the list has its keys back
+            await pilot.press("slash")
             await type_into(app, pilot, "state:done")
             assert app.filter_text == "state:done"
+            assert app.screen is board and not bar.is_open
             queued = app.screen.query_one("#list-queued", TaskList)
             done = app.screen.query_one("#list-finished", TaskList)
             await until(pilot, lambda: queued.count == 0 and done.count > 0)
+    asyncio.run(scenario())
+
+
+def test_filter_over_a_screen_without_a_prompt_bar(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with engine_app(tmp_path) as (app, pilot, _link):
+            await pilot.press("question_mark")
+            app.action_filter()  # as the command palette would, over the help screen
+            await pilot.pause()
+            assert isinstance(app.screen, PromptScreen)
+            await type_into(app, pilot, "state:failed")
+            assert isinstance(app.screen, HelpScreen)
+            assert app.filter_text == "state:failed"
     asyncio.run(scenario())
 
 
@@ -158,6 +177,7 @@ def test_command_mode_runs_a_command_and_completes_task_ids(tmp_path: Path) -> N
             await pilot.press("colon")
             prompt = app.screen.query_one("#prompt-input")
             prompt.value = "detail syn-000000"
+            prompt.cursor_position = len(prompt.value)  # where typing it would have left the cursor
             await pilot.press("1")  # the last character typed for real: completion follows typing
             await until(pilot, lambda: prompt._suggestion.startswith("detail syn-0000001"))
             await pilot.press("tab", "enter")

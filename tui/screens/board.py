@@ -18,11 +18,10 @@ import asyncio
 import contextlib
 from typing import ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import Reactive
-from textual.screen import Screen
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
@@ -30,16 +29,18 @@ from warpdeck.tui.board_model import COLUMNS, BoardRows, board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.detail import DetailScreen
+from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
+from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.task_list import TaskList
 
 __all__ = ["BoardScreen"]
 
 
-class BoardScreen(Screen[None]):
+class BoardScreen(MainScreen):
     """Columns queued · fill · h2d · compute · d2h · sink · stalled · done/failed."""
 
     BINDINGS: ClassVar = bindings("board")
@@ -53,8 +54,8 @@ class BoardScreen(Screen[None]):
 
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     """Textual's, less its repaint of the whole screen on every focus change (``h``/``l``): the
-    widgets whose look follows focus (the two lists, their columns' titles) are restyled, and so
-    repainted, by the focus change itself."""
+    widgets whose look follows the current column (the two lists, their columns' titles) are
+    restyled, and so repainted, when a list takes the focus."""
 
     def __init__(self) -> None:
         super().__init__(name="board")
@@ -74,6 +75,7 @@ class BoardScreen(Screen[None]):
                 yield BoardColumn(cid, title)
         yield FiguresStrip()
         yield KeyFooter()
+        yield PromptBar()
 
     def on_mount(self) -> None:
         self._status, self._figures = self.query_one(StatusBar), self.query_one(FiguresStrip)
@@ -98,8 +100,7 @@ class BoardScreen(Screen[None]):
             self._seen = (snap.seq, self._filter.text)
             self._snap, self._board = snap, board_rows(snap, self._filter.mask(snap.tasks))
             columns = list(self.query(BoardColumn))
-            focused = self.focused.parent if isinstance(self.focused, TaskList) else None
-            columns.sort(key=lambda c: c is not focused)  # stable: the focused column, then board order
+            columns.sort(key=lambda c: not c.active)  # stable: the current column, then board order
             parts: list[BoardColumn | StatusBar | FiguresStrip] = [self._status, *columns, self._figures]
             self._todo = self._todo + [p for p in parts if p not in self._todo]
             self.shown_seq = -1
@@ -152,6 +153,13 @@ class BoardScreen(Screen[None]):
         """The highlighted task of the focused column."""
         focused = self.focused
         return focused.current_key if isinstance(focused, TaskList) else None
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        # The column whose list has the keyboard is the current one, and stays so while the
+        # prompt bar has it: a column's look changes only when another column takes over.
+        if isinstance(event.widget, TaskList):
+            for column in self.query(BoardColumn):
+                column.active = column.list is event.widget
 
     def on_task_list_opened(self, event: TaskList.Opened) -> None:
         self.app.push_screen(DetailScreen(event.key))

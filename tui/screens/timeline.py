@@ -5,19 +5,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.screen import Screen
 
 from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.keymap import bindings
+from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.lane_timeline import LaneTimeline
+from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 
 __all__ = ["TimelineScreen"]
 
 
-class TimelineScreen(Screen[None]):
+class TimelineScreen(MainScreen):
     """Lanes over time; zoom with [ and ], freeze and follow with f."""
 
     BINDINGS: ClassVar = bindings("timeline")
@@ -30,6 +31,7 @@ class TimelineScreen(Screen[None]):
         yield LaneTimeline()
         yield FiguresStrip()
         yield KeyFooter()
+        yield PromptBar()
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._changed, init=True)

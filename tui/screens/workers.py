@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.screen import Screen
 from textual.widgets import Static
 
 from warpdeck.engine.api import EngineSnapshot, Quarantine, Release
 from warpdeck.tui.keymap import bindings
+from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
+from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["WorkersScreen"]
 
 
-class WorkersScreen(Screen[None]):
+class WorkersScreen(MainScreen):
     """One row per worker, updated in place."""
 
     BINDINGS: ClassVar = bindings("workers")
@@ -37,6 +38,7 @@ class WorkersScreen(Screen[None]):
         yield WorkerTable()
         yield FiguresStrip()
         yield KeyFooter()
+        yield PromptBar()
 
     def on_mount(self) -> None:
         self.watch(self.app, "snapshot", self._changed, init=True)

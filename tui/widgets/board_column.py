@@ -22,7 +22,7 @@ class BoardColumn(Vertical):
     BoardColumn { width: 1fr; height: 1fr; border-right: vkey $panel; }
     BoardColumn > .column-title { height: 1; padding: 0 1; background: $panel; text-style: bold;
                                   text-wrap: nowrap; text-overflow: ellipsis; }
-    BoardColumn:focus-within > .column-title { background: $accent 50%; }
+    BoardColumn.-active > .column-title { background: $accent 50%; }
     """
 
     def __init__(self, column: str, title: str) -> None:
@@ -40,6 +40,16 @@ class BoardColumn(Vertical):
     @property
     def list(self) -> TaskList:
         return self._list
+
+    @property
+    def active(self) -> bool:
+        """The board's current column (marked until another column takes the keyboard)."""
+        return self.has_class("-active")
+
+    @active.setter
+    def active(self, active: bool) -> None:
+        self.set_class(active, "-active")
+        self._list.active = active
 
     def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64], total: int, extra: str = "") -> int:
         """Show ``rows`` of ``snap``; ``total`` is the column's unfiltered count. Returns how many

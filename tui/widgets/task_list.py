@@ -57,11 +57,13 @@ class TaskList(ScrollView, can_focus=True):
     # switch, and fourteen of them made that the slowest part of a key press.
     COMPONENT_CLASSES: ClassVar[set[str]] = {"task-list--cursor", "task-list--dim"}
 
+    # The current list is marked by a class (``active``), not by ``:focus``: it stays marked while
+    # the prompt bar has the keyboard, so opening and closing the prompt repaints no list.
     DEFAULT_CSS = """
     TaskList { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; background: $surface; }
-    TaskList:focus { background: $boost; }
+    TaskList.-active { background: $boost; }
     TaskList > .task-list--cursor { background: $panel; text-style: bold; }
-    TaskList:focus > .task-list--cursor { background: $accent 35%; }
+    TaskList.-active > .task-list--cursor { background: $accent 35%; }
     TaskList > .task-list--dim { color: $text-muted; }
     """
 
@@ -87,6 +89,8 @@ class TaskList(ScrollView, can_focus=True):
         self._styles: dict[str, Style] = {}
         # What each visible line showed when last asked to repaint: (scroll offset, one key a line).
         self._painted: tuple[int, list[Hashable]] = (-1, [])
+        # What the last screen layout that reached Textual's own size update gave the list.
+        self._laid_out: tuple[object, ...] | None = None
 
     # -- data ------------------------------------------------------------------------------------
     def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64]) -> int:
@@ -116,6 +120,7 @@ class TaskList(ScrollView, can_focus=True):
         height = self.scrollable_content_region.height
         if new.width != old.width or (length > height) != (old.height > height) or not self.size:
             self.virtual_size = new
+            self._laid_out = None  # the next layout shows or hides the scrollbar
             return
         self.set_reactive(TaskList.virtual_size, new)
         if self.show_vertical_scrollbar:
@@ -170,6 +175,15 @@ class TaskList(ScrollView, can_focus=True):
         return changed
 
     @property
+    def active(self) -> bool:
+        """Shown as the board's current list (it has the keyboard, or had it before the prompt)."""
+        return self.has_class("-active")
+
+    @active.setter
+    def active(self, active: bool) -> None:
+        self.set_class(active, "-active")  # a restyle, which drops the cached lines and repaints
+
+    @property
     def count(self) -> int:
         return len(self._rows)
 
@@ -204,7 +218,7 @@ class TaskList(ScrollView, can_focus=True):
         view = self._snap.tasks
         age = self._stall_age.get(view.keys[row]) if view.stall[row] else None
         cache_key = (row, int(view.state[row]), int(view.phase[row]), int(view.stall[row]), int(view.attempt[row]),
-                     _age(age) if age is not None else "", width, index == self.cursor, self.has_focus)
+                     _age(age) if age is not None else "", width, index == self.cursor)
         strip = self._strips.get(cache_key)
         if strip is None:
             strip = Strip(self._row_segments(row)).adjust_cell_length(width, self._base_style)
@@ -260,16 +274,21 @@ class TaskList(ScrollView, can_focus=True):
             style = self._styles[component] = self.get_component_rich_style(component)
         return style
 
-    def on_focus(self) -> None:
-        self._styles.clear()
-        self.refresh()
-
-    def on_blur(self) -> None:
-        self._styles.clear()
-        self.refresh()
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # The list sets its own virtual size (its rows) and keeps its scrollbar in step with it
+        # (``_set_length``); the virtual size a screen layout passes in never matches it, and
+        # Textual then repaints the scrollbar: every layout (the prompt opening, say) repainted
+        # all eight. So a layout that changes neither the list's size nor what its scrollbar
+        # depends on leaves the list as it is.
+        laid_out = (size, container_size, self.styles.scrollbar_size_vertical)
+        if laid_out == self._laid_out:
+            return False
+        self._laid_out = laid_out
+        return super()._size_updated(size, virtual_size, container_size, layout)
 
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self._rows))
+        self._laid_out = None
         self._painted = (-1, [])
 
     # -- handlers --------------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""A one-line prompt at the foot of a screen: the filter (``/``) and command mode (``:``).
+
+The decision this module protects: opening the prompt costs a few lines of repaint, not a whole
+screen. Each of the three main screens holds a hidden bar on a layer of its own, docked over its
+figures strip and footer, so showing it moves no other widget and the screen beneath stays as it
+is (a modal screen over the board would re-render all of it through a translucent backdrop, on
+opening and on every snapshot while open). Screens without a bar (help, detail, a confirmation)
+get the same bar inside a ``PromptScreen``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.suggester import Suggester
+from textual.widget import Widget
+from textual.widgets import Input, Label
+
+__all__ = ["PromptBar"]
+
+Check = Callable[[str], "str | None"]
+
+
+class PromptBar(Vertical):
+    """A hint, an error line (empty unless ``check`` refused the text) and the input. ``ask`` opens
+    it; enter hands the text to the asker, escape hands None, and the bar hides itself again."""
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel")]
+
+    DEFAULT_CSS = """
+    PromptBar { layer: prompt; dock: bottom; height: auto; background: $panel; padding: 0 1; visibility: hidden; }
+    PromptBar.-open { visibility: visible; }
+    PromptBar Input, PromptBar Input:focus { border: none; height: 1; padding: 0; background: $panel; }
+    PromptBar .hint { color: $text-muted; height: 1; }
+    PromptBar .error { color: $error; height: auto; }
+    """
+
+    class Closed(Message):
+        """The prompt closed: ``value`` is the text entered, or None (escape)."""
+
+        def __init__(self, bar: PromptBar, value: str | None) -> None:
+            super().__init__()
+            self.bar = bar
+            self.value = value
+
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+        super().__init__(id=id)
+        self._hint = Label("", classes="hint")
+        self._error = Label("", classes="error", id="prompt-error")
+        self._input = Input(id="prompt-input")
+        self._input.can_focus = False  # while hidden: a screen's auto focus must not land in it
+        self._check: Check | None = None
+        self._then: Callable[[str | None], object] | None = None
+        self._before: Widget | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self._hint
+        yield self._error
+        yield self._input
+
+    # -- handlers ----------------------------------------------------------------------------------
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        error = self._check(event.value) if self._check else None
+        if error:
+            self._error.update(error)
+            return
+        self.close(event.value)
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_cancel(self) -> None:
+        self.close(None)
+
+    # -- public ------------------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-open")
+
+    def ask(self, prompt: str, *, value: str = "", hint: str = "", suggester: Suggester | None = None,
+            check: Check | None = None, then: Callable[[str | None], object] | None = None) -> None:
+        """Open the prompt (or re-open it for a new question) with the cursor in the input."""
+        if not self.is_open:
+            focused = self.screen.focused
+            self._before = focused if focused is not None and focused not in self.query("*") else None
+        self._check, self._then = check, then
+        self._hint.update(hint)
+        self._error.update("")
+        field = self._input
+        field.placeholder, field.suggester = prompt, suggester
+        field.value = value
+        field.cursor_position = len(value)
+        self.add_class("-open")
+        field.can_focus = True
+        field.focus()
+
+    def close(self, value: str | None) -> None:
+        """Hide the prompt, give the focus back and hand ``value`` to the asker."""
+        if not self.is_open:
+            return
+        then, before = self._then, self._before
+        self._then = self._check = self._before = None
+        self.remove_class("-open")
+        self._input.can_focus = False
+        if before is not None and before.is_attached and before.screen is self.screen:
+            before.focus()
+        else:
+            self._input.blur()  # keys must not go on reaching a hidden input
+        self.post_message(self.Closed(self, value))
+        if then is not None:
+            then(value)
+
+    def complete(self) -> None:
+        """Take the suggested completion (tab), as the right arrow does at the end of the line."""
+        field = self._input
+        field.cursor_position = len(field.value)
+        field.action_cursor_right()
