@@ -168,4 +168,4 @@ class BoardScreen(MainScreen):
         lists = list(self.query(TaskList))
         focused = self.focused
         i = lists.index(focused) if isinstance(focused, TaskList) and focused in lists else 0
-        lists[(i + step) % len(lists)].focus()
+        self.set_focus(lists[(i + step) % len(lists)])  # not ``focus()``: it repaints the whole list

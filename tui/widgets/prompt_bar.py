@@ -107,7 +107,7 @@ class PromptBar(Vertical):
         self.remove_class("-open")
         self._input.can_focus = False
         if before is not None and before.is_attached and before.screen is self.screen:
-            before.focus()
+            self.screen.set_focus(before)  # not ``focus()``, which repaints all of it
         else:
             self._input.blur()  # keys must not go on reaching a hidden input
         self.post_message(self.Closed(self, value))

@@ -274,6 +274,23 @@ class TaskList(ScrollView, can_focus=True):
             style = self._styles[component] = self.get_component_rich_style(component)
         return style
 
+    def on_focus(self, event: events.Focus) -> None:
+        # Textual's own handler, less its repaint of the whole list (hence prevent_default, which
+        # skips it): nothing a list shows follows the focus (``active`` marks the current list),
+        # and with that repaint the prompt bar opening and closing made a whole-screen frame
+        # (Textual repaints the box around all that is dirty: a list at the top and the bar at
+        # the bottom span the screen).
+        event.prevent_default()
+        self.has_focus = True
+        if self.parent is not None:
+            self.parent.post_message(events.DescendantFocus(self))
+
+    def on_blur(self, event: events.Blur) -> None:
+        event.prevent_default()  # as on_focus
+        self.has_focus = False
+        if self.parent is not None:
+            self.parent.post_message(events.DescendantBlur(self))
+
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
         # The list sets its own virtual size (its rows) and keeps its scrollbar in step with it
         # (``_set_length``); the virtual size a screen layout passes in never matches it, and
