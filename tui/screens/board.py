@@ -49,8 +49,10 @@ class BoardScreen(MainScreen):
     BoardScreen #columns { height: 1fr; }
     """
 
-    LINES_PER_FRAME: ClassVar[int] = 100
-    """Changed task-list lines one frame may repaint for a snapshot (a board column is ~44 high)."""
+    LINES_PER_FRAME: ClassVar[int] = 50
+    """Changed task-list lines one frame may repaint for a snapshot (a board column is ~44 high).
+    A key waits for the frame being painted and shares the next one with a part: at 100 lines
+    that was two 10-20 ms frames; at 50 the board still shows nearly every snapshot whole."""
 
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     """Textual's, less its repaint of the whole screen on every focus change (``h``/``l``): the
