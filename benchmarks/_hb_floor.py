@@ -1,7 +1,7 @@
 """The floor under the monitor's CPU: a bare aiomqtt subscriber to the same worker topics.
 
-It connects as the control plane does (aiomqtt, one subscription to ``warpdeck/<pipeline>/worker/+/+``
-at QoS 1) and reads the way ``engine/control/plane.py`` does: batched socket reads every 10 ms
+It connects as the control plane does (aiomqtt; ``warpdeck/<pipeline>/worker/+/hb`` at QoS 0, births
+and deaths at QoS 1) and reads the way ``engine/control/plane.py`` does: batched socket reads every 10 ms
 (``engine/control/socket_reads.py``), each PUBLISH handed over in paho's callback. Here that only
 counts: no validation, no monitor, no telemetry. So this is what the MQTT client costs per message
 before the plane's own work; if the plane's read path changes, this should follow it. The plane's
@@ -56,7 +56,8 @@ async def serve(args: argparse.Namespace) -> int:
 
             if read_in_batches(client, counted) is None:
                 raise SystemExit("batched reads unavailable with the installed aiomqtt")
-        await client.subscribe(Topics(args.pipeline).all_workers, qos=1)
+        t = Topics(args.pipeline)
+        await client.subscribe([(t.every_worker("hb"), 0), (t.every_worker("birth"), 1), (t.every_worker("death"), 1)])
         print(json.dumps({"ready": True}), flush=True)
 
         async def read() -> None:

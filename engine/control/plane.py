@@ -271,7 +271,11 @@ class ControlPlane:
         )
         self._client = client
         self.monitor.on_connection(True, time.monotonic())
-        await client.subscribe([(self.topics.all_workers, 1), (self.topics.cmd, 1)])
+        # Heartbeats at QoS 0, as they are sent (amqtt would otherwise deliver them at the
+        # subscription's QoS 1, each with an acknowledgement); births, deaths and commands at QoS 1.
+        t = self.topics
+        await client.subscribe([(t.every_worker("hb"), 0), (t.every_worker("birth"), 1), (t.every_worker("death"), 1),
+                                (t.cmd, 1)])
         self.connected.set()
         self.error = ""
         publisher = asyncio.create_task(self._publish_loop(client, stopping))

@@ -72,6 +72,10 @@ class Topics:
         """Subscription filter for every worker's birth, heartbeat and death."""
         return f"{self.base}/worker/+/+"
 
+    def every_worker(self, which: WorkerTopic) -> str:
+        """Subscription filter for one kind of message from every worker (``"hb"``: heartbeats)."""
+        return f"{self.base}/worker/+/{which}"
+
     def worker(self, worker_id: str, which: WorkerTopic) -> str:
         return f"{self.base}/worker/{check_name('worker id', worker_id)}/{which}"
 
