@@ -273,9 +273,9 @@ class ControlPlane:
         self.monitor.on_connection(True, time.monotonic())
         # Heartbeats at QoS 0, as they are sent (amqtt would otherwise deliver them at the
         # subscription's QoS 1, each with an acknowledgement); births, deaths and commands at QoS 1.
-        t = self.topics
-        await client.subscribe([(t.every_worker("hb"), 0), (t.every_worker("birth"), 1), (t.every_worker("death"), 1),
-                                (t.cmd, 1)])
+        tp = self.topics
+        await client.subscribe([(tp.every_worker("hb"), 0), (tp.every_worker("birth"), 1),
+                                (tp.every_worker("death"), 1), (tp.cmd, 1)])
         self.connected.set()
         self.error = ""
         publisher = asyncio.create_task(self._publish_loop(client, stopping))
