@@ -22,10 +22,39 @@ class Pane:
 
     def __init__(self, command: str, cwd: Path) -> None:
         self.name = f"wd-{uuid.uuid4().hex[:8]}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "150", "-y", "42", "-c", str(cwd),
-                        command], check=True)
+        # pytest's capture imports readline, which exports COLUMNS=80 and LINES=24 into the process
+        # environment (C level: os.environ does not show them). A tmux server started from here
+        # hands them to every session, and Textual, like shutil.get_terminal_size, takes them over
+        # the pane's real size and ignores every resize: the app drew 80x24 in a 150x42 pane.
+        command = f"unset COLUMNS LINES; {command}"
+        for _ in range(3):  # a server still exiting after the last test's session refuses a session
+            made = subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(self.WIDTH),
+                                   "-y", str(self.HEIGHT), "-c", str(cwd), command], capture_output=True, text=True)
+            if made.returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"tmux new-session failed: {made.stderr}")
         # A detached session may keep tmux's default 80x24 whatever -x/-y say: size it for sure.
-        subprocess.run(["tmux", "resize-window", "-t", self.name, "-x", "150", "-y", "42"], check=False)
+        self.resize(self.WIDTH, self.HEIGHT)
+
+    WIDTH, HEIGHT = 150, 42
+
+    def resize(self, width: int, height: int) -> None:
+        subprocess.run(["tmux", "resize-window", "-t", self.name, "-x", str(width), "-y", str(height)], check=False)
+
+    def assert_app_fills_the_pane(self) -> None:
+        """The app must lay itself out at the pane's size (see ``__init__``), or the checks below
+        would fail on cut-off columns instead of on what they check."""
+        end = time.monotonic() + 20
+        while self._drawn_width() < self.WIDTH - 2:
+            if time.monotonic() > end:
+                raise AssertionError(f"the app never filled the pane's {self.WIDTH} columns:\n{self.text()}")
+            time.sleep(0.1)
+
+    def _drawn_width(self) -> int:
+        """The right end of the footer's last key: the width the app laid itself out at."""
+        return max((len(line.rstrip()) for line in self.text().splitlines() if "palette" in line), default=0)
 
     def text(self) -> str:
         out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True,
@@ -60,6 +89,7 @@ def test_demo_driven_from_the_keyboard(tmp_path: Path) -> None:
     pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {tmp_path / 'run'}; echo EXIT=$?; sleep 30", tmp_path)
     try:
         pane.wait_for("● running")
+        pane.assert_app_fills_the_pane()
         screen = pane.wait_for("compute")
         assert "queued" in screen and "stalled" in screen and "tasks/s" in screen
         pane.keys("p")
