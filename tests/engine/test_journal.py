@@ -171,7 +171,13 @@ def test_a_done_row_always_has_its_output_in_place_during_a_run(tmp_path: Path) 
         while not stop.is_set():
             if (tmp_path / JOURNAL_NAME).exists():
                 with _db(tmp_path) as c:
-                    done = [k for (k,) in c.execute("SELECT key FROM tasks WHERE state = 2")]
+                    try:
+                        done = [k for (k,) in c.execute("SELECT key FROM tasks WHERE state = 2")]
+                    except sqlite3.OperationalError as exc:  # the file exists before its schema does
+                        if "no such table" not in str(exc):
+                            raise
+                        stop.wait(0.005)
+                        continue
                 missing = [k for k in done if not (tmp_path / "outputs" / f"{k}.npy").is_file()]
                 assert not missing, missing
                 seen.append(len(done))
