@@ -81,6 +81,8 @@ class WarpdeckApp(PipelineActions, App[int]):
         self._last_paint = 0.0
         self._paint_timer: Timer | None = None
         self.collector = QuietCollector()
+        self.keys_seen = 0
+        """Key presses so far: the board holds its snapshot parts back from a key's frame."""
         self.readonly_note = "read-only" if link.readonly else ""
 
     @property
@@ -106,6 +108,7 @@ class WarpdeckApp(PipelineActions, App[int]):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
             self.collector.key_pressed()
+            self.keys_seen += 1
         await super().on_event(event)
 
     # -- snapshots ---------------------------------------------------------------------------------

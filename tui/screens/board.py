@@ -5,11 +5,12 @@ At ten thousand transitions a second nearly every visible row of six columns cha
 snapshots, and repainting them all in one frame takes longer than a key may wait. So a snapshot
 is spread over a few frames: the status bar, then the columns (the focused one first) at most
 ``LINES_PER_FRAME`` changed lines a frame, then the figures strip; each next part is handed out
-after the frame before it is painted, and keys are handled in between. The two bars get a frame
-each because Textual repaints the box around everything dirty: a bar at the top and one at the
-bottom in one frame make it the whole screen. A newer snapshot replaces the one being spread
-(latest wins) and the parts it had not reached yet go first, so none is starved. The first
-snapshot the board shows is painted whole.
+after the frame before it is painted, and keys are handled in between; a key's own frame carries
+no part (the next one waits a frame after any key), so it is as short as the key's lines make it.
+The two bars get a frame each because Textual repaints the box around everything dirty: a bar at
+the top and one at the bottom in one frame make it the whole screen. A newer snapshot replaces
+the one being spread (latest wins) and the parts it had not reached yet go first, so none is
+starved. The first snapshot the board shows is painted whole.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class BoardScreen(MainScreen):
         self._board: BoardRows | None = None
         self._todo: list[BoardColumn | StatusBar | FiguresStrip] = []
         self._spreading = False
+        self._keys_at_part = 0
+        """The app's key count when the last part was handed out."""
         self.shown_seq = -1
         """The snapshot every column shows (-1: none yet, or one is still being spread)."""
 
@@ -114,19 +117,31 @@ class BoardScreen(MainScreen):
 
     @work(group="board-paint")
     async def _spread(self) -> None:
-        """Hand the newest board out a frame's worth at a time, each part after the last is painted."""
+        """Hand the newest board out a frame's worth at a time, each part after the last is painted,
+        and none in the frame after a key: that frame carries the key's lines alone."""
         try:
             while self._todo and self.is_current:
+                keys = self._keys_seen()
+                if keys != self._keys_at_part:
+                    self._keys_at_part = keys
+                    await self._next_frame()  # the key's (at once if it changed nothing)
+                    continue
                 self._show_some()
                 if self._todo:
                     await asyncio.sleep(0)  # the parts' repaint requests reach the screen first
-                    # The wait rides on the top screen: one pushed and popped meanwhile (the filter
-                    # prompt) takes it along, so a few frames' wait is the most it gets.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(0.25):
-                            await self.wait_for_refresh()
+                    await self._next_frame()
         finally:
             self._spreading = False
+
+    async def _next_frame(self) -> None:
+        # The wait rides on the top screen: one pushed and popped meanwhile (a dialog) takes it
+        # along, so a few frames' wait is the most it gets.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.25):
+                await self.wait_for_refresh()
+
+    def _keys_seen(self) -> int:
+        return int(getattr(self.app, "keys_seen", 0))
 
     def _show_some(self, whole: bool = False) -> None:
         """Show the newest board in the parts still to do, until this frame's lines are spent."""
