@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.api import (
     BatchRecord,
+    ControlView,
     Counts,
     EngineSnapshot,
     FeederView,
@@ -177,7 +178,7 @@ class SyntheticRun:
             status="running", backend="numpy", backend_reason="synthetic stream: no engine behind it",
             device="cpu", counts=counts, tasks=view, stalled=stalled, lanes=self._lanes(t), feeder=self._feeder(d),
             timeline=timeline, figures=self._figures(t, counts, stall_s), failures=failures,
-            workers=self._workers(t, counts),
+            workers=self._workers(t, counts), control=self._control(t),
         )
 
     def stream(self, dt: float, count: int | None = None) -> Iterator[EngineSnapshot]:
@@ -188,6 +189,13 @@ class SyntheticRun:
             i += 1
 
     # -- lanes, timeline, figures, workers -----------------------------------------------------------
+    @staticmethod
+    def _control(t: float) -> ControlView:
+        """A plane on a shared broker that has dropped a few malformed messages by now."""
+        return ControlView(broker="mqtt://broker.lab:1883", connected=True, commands_applied=int(t // 5),
+                           commands_refused={"expired": 1} if t > 8 else {}, dropped={"invalid": int(t // 3)},
+                           reconnects=0)
+
     def _record(self, j: int, lane: int) -> BatchRecord:
         """Batch ``j`` of ``lane``: it ends a little before its block leaves the conveyor."""
         rec = self._records.get((j, lane))

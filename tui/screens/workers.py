@@ -1,4 +1,6 @@
-"""Workers: state, heartbeat age, phi, lanes busy, progress and device figures per worker."""
+"""Workers: state, heartbeat age, phi, lanes busy, progress and device figures per worker, and
+the control plane they are heard through (broker, connection, what it dropped or refused, how far
+behind the monitor hears)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from warpdeck.engine.api import EngineSnapshot, Quarantine, Release
+from warpdeck.engine.api import ControlView, EngineSnapshot, Quarantine, Release
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
@@ -16,7 +18,30 @@ from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
 
-__all__ = ["WorkersScreen"]
+__all__ = ["WorkersScreen", "control_summary"]
+
+
+def control_summary(view: ControlView | None) -> str:
+    """One line on the control plane: where it is, whether it is connected, what it counted."""
+    if view is None:
+        return "control plane off (--broker none): no heartbeats, no telemetry, no remote commands"
+    parts = [f"broker {view.broker or '(starting)'} " + ("● connected" if view.connected else "○ disconnected")]
+    if view.error and not view.connected:
+        parts.append(f"last error: {view.error}")
+    if view.reconnects:
+        parts.append(f"{view.reconnects} reconnect(s)")
+    dropped = sum(view.dropped.values())
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(view.dropped.items(), key=lambda kv: -kv[1])[:3])
+    parts.append(f"dropped {dropped:,}" + (f" ({reasons})" if dropped else ""))
+    refused = sum(view.commands_refused.values())
+    parts.append(f"commands {view.commands_applied:,} applied, {refused:,} refused")
+    # Below 0.1 s the monitor is on time; the line changes only when that changes (a repaint each).
+    lag = "monitor on time" if view.input_lag_s < 0.1 else f"monitor hears {view.input_lag_s:.1f} s behind"
+    holds = view.lag_holds
+    if holds:
+        lag += f" (verdicts held {'once' if holds == 1 else f'{holds:,} times'})"
+    parts.append(lag)
+    return "  ·  ".join(parts)
 
 
 class WorkersScreen(MainScreen):
@@ -31,10 +56,12 @@ class WorkersScreen(MainScreen):
 
     def __init__(self) -> None:
         super().__init__(name="workers")
+        self._control = ""
 
     def compose(self) -> ComposeResult:
         yield StatusBar("workers")
         yield Static("", classes="summary", id="workers-summary")
+        yield Static("", classes="summary", id="control-summary")
         yield WorkerTable()
         yield FiguresStrip()
         yield KeyFooter()
@@ -56,6 +83,10 @@ class WorkersScreen(MainScreen):
             states[w.state] = states.get(w.state, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no workers yet"
         self.query_one("#workers-summary", Static).update(f"{len(snap.workers)} worker(s): {summary}  ·  s sorts")
+        control = control_summary(snap.control)
+        if control != self._control:  # an update lays out the line: only when it reads differently
+            self._control = control
+            self.query_one("#control-summary", Static).update(control)
 
     def action_sort(self) -> None:
         title = self.query_one(WorkerTable).cycle_sort()
