@@ -291,6 +291,21 @@ class TaskList(ScrollView, can_focus=True):
         if self.parent is not None:
             self.parent.post_message(events.DescendantBlur(self))
 
+    def watch_has_focus(self, _has_focus: bool) -> None:
+        # Textual restyles a widget whenever it gains or loses the focus, and a restyled list
+        # repaints with its scrollbars, a whole column high: with the prompt bar opening at the
+        # foot of the screen in the same frame, that made the frame the whole screen (Textual
+        # composites the box around all that is dirty). No rule styles a list by its focus
+        # (``-active`` marks the current one), so the restyle runs only if a stylesheet adds one.
+        if self._styled_by_focus():
+            super().watch_has_focus(_has_focus)
+
+    def _styled_by_focus(self) -> bool:
+        """Whether any rule that can match this list depends on the focus."""
+        rules_map = self.app.stylesheet.rules_map
+        return any(not rule.pseudo_classes.isdisjoint(("focus", "blur", "focus-within"))
+                   for name in rules_map.keys() & self._selector_names for rule in rules_map[name])
+
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
         # The list sets its own virtual size (its rows) and keeps its scrollbar in step with it
         # (``_set_length``); the virtual size a screen layout passes in never matches it, and
