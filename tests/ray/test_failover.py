@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 from wd_broker import Mosquitto
@@ -35,6 +36,28 @@ def _command(et: EngineThread, cmd: Command) -> CommandResult:
     return asyncio.run_coroutine_threadsafe(et.engine.command(cmd), et._loop).result(10)
 
 
+def _busy_victim(et: EngineThread) -> tuple[Any, Any, int, int]:
+    """The engine, and actor ray-1 once it is working with batches in hand: its pid and epoch."""
+    eng = et.engine
+    assert eng is not None and eng.executor is not None
+    victim = eng.executor.workers[1]
+    wait_for(lambda: victim.batches_done >= 2 and len(eng.leases.leased_to(victim.id)) >= 2, 60,
+             "ray-1 working, batches in hand")
+    assert victim.hello is not None
+    return eng, victim, victim.hello.pid, victim.epoch
+
+
+def _resume_and_finish(et: EngineThread, victim: Any, took_work: str) -> Any:
+    """Resume the paused run, wait for its end; the victim must have done batches since."""
+    done_before = victim.batches_done
+    assert _command(et, Resume()).ok
+    wait_for(et.finished, 60, "run finished")
+    report = et.report
+    assert report.counts.done == COUNT and report.counts.failed == 0
+    assert victim.batches_done > done_before, took_work
+    return report
+
+
 def _check_outputs(sink: RecordingSink) -> None:
     assert len(sink.writes) == COUNT, "an output is missing"
     assert max(sink.writes.values()) == 1, "an output was written twice"
@@ -46,25 +69,14 @@ def _check_outputs(sink: RecordingSink) -> None:
 def test_a_killed_actor_loses_nothing_and_comes_back(ray_cluster: ModuleType, mosquitto: Mosquitto) -> None:
     sink = RecordingSink()
     with EngineThread(_spec("ray-kill"), mosquitto.address, sink=sink) as et:
-        eng = et.engine
-        assert eng is not None and eng.executor is not None
-        victim = eng.executor.workers[1]
-        wait_for(lambda: victim.batches_done >= 2 and len(eng.leases.leased_to(victim.id)) >= 2, 60,
-                 "ray-1 working, batches in hand")
-        assert victim.hello is not None
-        old_pid, old_epoch = victim.hello.pid, victim.epoch
+        eng, victim, old_pid, old_epoch = _busy_victim(et)
         os.kill(old_pid, signal.SIGKILL)
         # Hold new batches until ray-1 is back, so that work is left for it whatever the timing.
         assert _command(et, Pause()).ok
         wait_for(lambda: eng.leases.reclaimed >= 1, 10, "ray-1 convicted, its batches taken back")
         wait_for(lambda: victim.epoch > old_epoch, 60, "ray-1 restarted by Ray under a newer epoch")
         assert victim.hello is not None and victim.hello.pid != old_pid
-        done_before = victim.batches_done
-        assert _command(et, Resume()).ok
-        wait_for(et.finished, 60, "run finished")
-        report = et.report
-    assert report.counts.done == COUNT and report.counts.failed == 0
-    assert victim.batches_done > done_before, "the restarted actor took work again"
+        report = _resume_and_finish(et, victim, "the restarted actor took work again")
     _check_outputs(sink)
     attempts = eng.table.attempt[: len(eng.table)]
     assert int((attempts == 1).sum()) == BATCH * eng.leases.reclaimed, "each taken-back task ran a second attempt"
@@ -76,13 +88,7 @@ def test_a_frozen_actor_is_given_up_at_once_and_re_born_when_it_wakes(ray_cluste
                                                                         mosquitto: Mosquitto) -> None:
     sink = RecordingSink()
     with EngineThread(_spec("ray-freeze"), mosquitto.address, sink=sink) as et:
-        eng = et.engine
-        assert eng is not None and eng.executor is not None
-        victim = eng.executor.workers[1]
-        wait_for(lambda: victim.batches_done >= 2 and len(eng.leases.leased_to(victim.id)) >= 2, 60,
-                 "ray-1 working, batches in hand")
-        assert victim.hello is not None
-        pid, old_epoch = victim.hello.pid, victim.epoch
+        eng, victim, pid, old_epoch = _busy_victim(et)
         os.kill(pid, signal.SIGSTOP)
         try:
             assert _command(et, Pause()).ok  # hold new batches: work is left for ray-1 once it wakes
@@ -96,11 +102,6 @@ def test_a_frozen_actor_is_given_up_at_once_and_re_born_when_it_wakes(ray_cluste
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: victim.epoch > old_epoch, 30, "ray-1 re-born under a newer epoch")
         assert victim.hello is not None and victim.hello.pid == pid, "the same process, re-born (not restarted)"
-        done_before = victim.batches_done
-        assert _command(et, Resume()).ok
-        wait_for(et.finished, 60, "run finished")
-        report = et.report
-    assert report.counts.done == COUNT and report.counts.failed == 0
-    assert victim.batches_done > done_before, "the re-born actor took work again"
+        _resume_and_finish(et, victim, "the re-born actor took work again")
     assert eng.leases.rejected == eng.leases.reclaimed >= 1
     _check_outputs(sink)
