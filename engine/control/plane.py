@@ -43,7 +43,7 @@ from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.signing import CommandRefused, Verifier
-from warpdeck.engine.control.socket_reads import BatchedReader, close_quietly, read_in_batches
+from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, summarize
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import (
@@ -107,6 +107,7 @@ class ControlPlane:
     ) -> None:
         self.settings = settings
         self.topics = topics
+        self._cmd_topic = topics.cmd  # compared with every message's topic: built once
         self._local = list(workers)
         #: The in-process workers' heartbeats, by worker id (each its own connection and Will).
         self.heartbeaters: dict[str, Heartbeater] = {}
@@ -244,7 +245,8 @@ class ControlPlane:
                         await self._serve(client, stopping)
                         await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
                     finally:
-                        close_quietly(self.batched)
+                        if self.batched is not None:
+                            self.batched.close()
                     return
             except aiomqtt.MqttError as exc:
                 self._lost_connection()
@@ -313,7 +315,7 @@ class ControlPlane:
             _log.warning("control plane: message on %s dropped: %r", topic, exc)
 
     def _on_message(self, topic: str, payload: bytes, retain: bool) -> None:
-        if topic == self.topics.cmd:
+        if topic == self._cmd_topic:
             # Commands are rare and wait on the engine's loop: one task each, in arrival order.
             task = asyncio.create_task(self._on_command(self._client, payload))
             self._command_tasks.add(task)
@@ -459,7 +461,8 @@ class ControlPlane:
 
     def _measure_lag(self, now: float) -> None:
         # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.
-        outboxes = [(wid, _outbox(h)) for wid, h in self.heartbeaters.items() if h.connected.is_set()]
+        # tuple() copies the deque the heartbeat's thread appends to in one step (it holds the GIL).
+        outboxes = [(wid, tuple(h.outbox)) for wid, h in self.heartbeaters.items() if h.connected.is_set()]
         change = self.lag.update(outboxes, now)
         if change is None:
             return
@@ -476,14 +479,6 @@ class ControlPlane:
             with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
                 return dict(self._heard)
         return {}
-
-
-def _outbox(heart: Heartbeater) -> tuple[tuple[int, int, float], ...]:
-    """A copy of ``heart.outbox``, appended to on the heartbeat's thread."""
-    for _ in range(3):
-        with contextlib.suppress(RuntimeError):  # mutated while copied (not expected: tuple() holds the GIL)
-            return tuple(heart.outbox)
-    return ()
 
 
 def _direct_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Queue[aiomqtt.Message]]:

@@ -28,7 +28,6 @@ aiomqtt's own path. The tests assert that it is in force with the installed vers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -210,10 +209,3 @@ def read_in_batches(aclient: Any, handler: Handler, every_s: float = 0.01) -> Ba
         _log.warning("batched MQTT reads unavailable (%r); reading through aiomqtt", exc)
         return None
     return reader
-
-
-def close_quietly(reader: BatchedReader | None) -> None:
-    """Stop a reader's pending wake-up, if any (a closed connection needs nothing else)."""
-    if reader is not None:
-        with contextlib.suppress(Exception):
-            reader.close()

@@ -17,7 +17,7 @@ topic and subscribe to, or publish on, another pipeline's tree.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = ["ROOT", "Topics", "WorkerTopic", "check_name"]
@@ -43,9 +43,12 @@ class Topics:
     """The topic tree of one pipeline."""
 
     pipeline: str
+    #: ``parse_worker`` runs on every message the monitor reads: its prefix is built once.
+    _worker_prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_name("pipeline name", self.pipeline)
+        object.__setattr__(self, "_worker_prefix", f"{ROOT}/{self.pipeline}/worker/")
 
     @property
     def base(self) -> str:
@@ -67,11 +70,6 @@ class Topics:
     def cmd(self) -> str:
         return f"{self.base}/cmd"
 
-    @property
-    def all_workers(self) -> str:
-        """Subscription filter for every worker's birth, heartbeat and death."""
-        return f"{self.base}/worker/+/+"
-
     def every_worker(self, which: WorkerTopic) -> str:
         """Subscription filter for one kind of message from every worker (``"hb"``: heartbeats)."""
         return f"{self.base}/worker/+/{which}"
@@ -81,7 +79,7 @@ class Topics:
 
     def parse_worker(self, topic: str) -> tuple[str, WorkerTopic] | None:
         """``(worker id, "birth" | "hb" | "death")`` for one of this pipeline's worker topics."""
-        prefix = f"{self.base}/worker/"
+        prefix = self._worker_prefix
         if not topic.startswith(prefix):
             return None
         wid, sep, which = topic[len(prefix) :].partition("/")
