@@ -260,7 +260,9 @@ class TaskList(ScrollView, can_focus=True):
         """The badge's theme colour over the list's background, as a component class would give it."""
         style = self._styles.get(badge.style)
         if style is None:
-            colour = Color.parse(self.app.get_css_variables()[f"wd-{badge.style}"])
+            # The variables the stylesheet was last built from (``get_css_variables`` would build
+            # the whole colour system again, per badge, after every restyle).
+            colour = Color.parse(self.app.theme_variables[f"wd-{badge.style}"])
             _, background = self.background_colors
             style = Style.from_color((background + colour).rich_color, background.rich_color if background.a else None)
             if badge.style in _BOLD:
