@@ -36,10 +36,13 @@ from warpdeck.engine.backends.base import (
 from warpdeck.engine.batching import Batch
 from warpdeck.engine.config import StageSpec
 from warpdeck.engine.sinks import Sink
-from warpdeck.engine.sources import BatchKey, Source, item_nbytes
+from warpdeck.engine.sources import BatchKey, Source, TaskInput, item_nbytes
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
-__all__ = ["BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "plan_stages", "write_outputs"]
+__all__ = [
+    "BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "load_rows", "plan_stages",
+    "write_outputs",
+]
 
 
 class NonFiniteOutput(ValueError):
@@ -326,15 +329,7 @@ class Lane:
         slot.host_in.release = release
         items = batch.items
         source = self.source
-
-        def fill() -> list[BaseException | None]:
-            errors = source.load(items, host_in)
-            good = [j for j, e in enumerate(errors) if e is None]
-            if len(good) < len(errors) and good:
-                host_in[: len(good)] = host_in[good]
-            return errors
-
-        fill_m = self.streams.submit(Phase.FILL, fill)
+        fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(source, items, host_in))
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
 
     async def _watch_fill(self) -> None:
@@ -533,6 +528,17 @@ class Lane:
                 phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
                            tuple(phases), ok, len(batch) * batch.key.nbytes)
+
+
+def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
+    """Load ``items`` into the rows of ``out``; each task's error (or None). Runs on a fill thread.
+    When some rows failed, the good ones are moved up to the front, in order, so that the batch of
+    the rest (``LaneHost.on_filled``) finds its inputs in ``out[:len(rest)]``."""
+    errors = source.load(items, out)
+    good = [j for j, e in enumerate(errors) if e is None]
+    if len(good) < len(errors) and good:
+        out[: len(good)] = out[good]
+    return errors
 
 
 def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -> list[BaseException | None]:

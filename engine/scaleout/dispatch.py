@@ -27,13 +27,13 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.lanes import BatchRecord, LaneHost, Slot, StagePlan, write_outputs
+from warpdeck.engine.lanes import BatchRecord, LaneHost, Slot, StagePlan, load_rows, write_outputs
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import LaneView, SlotView
-from warpdeck.engine.sources import BatchKey, Source, TaskInput
+from warpdeck.engine.sources import BatchKey, Source
 from warpdeck.engine.tasks import RUN_PHASES, Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
@@ -216,7 +216,7 @@ class RayLane:
             host.on_failed(batch, Phase.FILL, exc)
             return None
         inputs = np.empty((len(batch), *batch.key.shape), np.dtype(batch.key.dtype))
-        fill = self.streams.submit(Phase.FILL, lambda: _load(self.source, batch.items, inputs))
+        fill = self.streams.submit(Phase.FILL, lambda: load_rows(self.source, batch.items, inputs))
         try:
             await fill.wait()
         except Exception as exc:  # noqa: BLE001 - the source itself broke: the batch fails
@@ -228,7 +228,7 @@ class RayLane:
             batch = host.on_filled(batch, errors)
             if len(batch) == 0:
                 return None
-            inputs = inputs[: len(batch)]  # the good rows, moved up by _load
+            inputs = inputs[: len(batch)]  # the good rows, moved up by load_rows
         if host.fenced(batch):  # convicted while loading: counted as rejected, its tasks run elsewhere
             host.on_failed(batch, Phase.FILL, RuntimeError("fenced"))
             return None
@@ -270,11 +270,3 @@ class RayLane:
         slot = outcome.slot if outcome is not None else -1
         return BatchRecord(batch.id, self.id, slot, len(batch), str(batch.key), batch.formed_at, tuple(phases), ok,
                            len(batch) * batch.key.nbytes)
-
-
-def _load(source: Source, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
-    errors = source.load(items, out)
-    good = [j for j, e in enumerate(errors) if e is None]
-    if len(good) < len(errors) and good:
-        out[: len(good)] = out[good]
-    return errors
