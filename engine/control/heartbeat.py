@@ -197,19 +197,21 @@ class Heartbeater:
                         timeout=max(2.0, 4 * self.interval_s),
                     ) as client:
                         self._client = client
-                        await self._speak(client, epoch, stopping)
+                        try:
+                            await self._speak(client, epoch, stopping)
+                        finally:
+                            # However the connection ended, what was sent on it and not yet heard
+                            # never will be: the outbox measures a live connection only.
+                            self.connected.clear()
+                            self.outbox.clear()
                         backoff = FIRST_BACKOFF_S
                 except aiomqtt.MqttError as exc:
-                    self.connected.clear()
-                    self.outbox.clear()  # sent on a connection that is gone: never to be heard
                     self.last_error = str(exc)
                     if stopping.is_set():
                         return
                     self.reconnects += 1
                     backoff = await wait_backoff(stopping, backoff)
         finally:
-            self.connected.clear()
-            self.outbox.clear()
             if sampler is not None:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -251,8 +253,6 @@ class Heartbeater:
                 raise exc  # the connection broke while we listened: _run reconnects
             if not stopping.is_set():
                 self.rebirths += 1  # convicted: leave without a goodbye; _run connects under a new epoch
-                self.connected.clear()
-                self.outbox.clear()
                 return
         if self._killed:
             return

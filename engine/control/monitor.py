@@ -232,7 +232,6 @@ class WorkerMonitor:
         self._deadlines: dict[str, float] = {}
         self._quarantined: set[str] = set()
         self._connected = True
-        self._lagging = False
         #: Spans [start, end] of input lag, oldest first; the last is open (end inf) while lagging.
         self._holds: list[list[float]] = []
         self._disconnected_at = _NEVER
@@ -332,16 +331,14 @@ class WorkerMonitor:
     def on_input_lag(self, lagging: bool, now: float, since: float | None = None) -> None:
         """The monitor's own input runs behind (``lagging``, behind since ``since``) or has caught
         up (at ``now``). The span in between is no one's silence; Wills still convict at once."""
-        if lagging and not self._lagging:
-            self._lagging = True
+        if lagging and not self.lagging:
             start = now if since is None else min(since, now)
             if self._holds and start <= self._holds[-1][1]:
                 self._holds[-1][1] = _NEVER  # overlaps the previous span: reopen it
             else:
                 self._holds.append([start, _NEVER])
             del self._holds[:-_MAX_HOLDS]
-        elif not lagging and self._lagging:
-            self._lagging = False
+        elif not lagging and self.lagging:
             self._holds[-1][1] = now
 
     # -- operator and caller settings --------------------------------------------------------------
@@ -437,8 +434,8 @@ class WorkerMonitor:
 
     @property
     def lagging(self) -> bool:
-        """Whether the monitor holds silence verdicts because its input runs behind."""
-        return self._lagging
+        """Whether the monitor's input runs behind now (its last lag span is still open)."""
+        return bool(self._holds) and self._holds[-1][1] == _NEVER
 
     @property
     def connected(self) -> bool:
