@@ -40,8 +40,8 @@ from warpdeck.engine.sources import BatchKey, Source, TaskInput, item_nbytes
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = [
-    "BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "load_rows", "plan_stages",
-    "write_outputs",
+    "BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "load_rows", "phase_spans",
+    "plan_stages", "write_outputs",
 ]
 
 
@@ -522,12 +522,18 @@ class Lane:
             self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=True))
 
     def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
-        phases = [(0.0, 0.0)] * len(RUN_PHASES)
-        for m in markers:
-            if m.t0:
-                phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
-                           tuple(phases), ok, len(batch) * batch.key.nbytes)
+                           tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes)
+
+
+def phase_spans(markers: Sequence[Marker]) -> list[tuple[float, float]]:
+    """(start, end) per phase in RUN_PHASES order from the markers that ran (a running one ends
+    now); (0, 0) for a phase none of them reached."""
+    phases = [(0.0, 0.0)] * len(RUN_PHASES)
+    for m in markers:
+        if m.t0:
+            phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
+    return phases
 
 
 def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:

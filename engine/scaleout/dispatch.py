@@ -27,14 +27,14 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.lanes import BatchRecord, LaneHost, Slot, StagePlan, load_rows, write_outputs
+from warpdeck.engine.lanes import BatchRecord, LaneHost, Slot, StagePlan, load_rows, phase_spans, write_outputs
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import LaneView, SlotView
 from warpdeck.engine.sources import BatchKey, Source
-from warpdeck.engine.tasks import RUN_PHASES, Phase
+from warpdeck.engine.tasks import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
 
@@ -257,10 +257,7 @@ class RayLane:
                 ok: bool) -> BatchRecord:
         """The batch's phases on the engine's clock: fill and sink measured here, h2d, compute and
         d2h the actor's, shifted so that its arrival is when the engine sent it."""
-        phases = [(0.0, 0.0)] * len(RUN_PHASES)
-        for m in markers:
-            if m.t0:
-                phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
+        phases = phase_spans(markers)
         if outcome is not None:
             shift = sent - outcome.received
             for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H):
