@@ -17,6 +17,8 @@ from warpdeck.engine.api import (
     Drain,
     EngineSnapshot,
     Pause,
+    Quarantine,
+    Release,
     RequeueStalled,
     Resume,
     RetryFailed,
@@ -125,6 +127,12 @@ class PipelineActions(_Base):
             self.notify(f"depth must be {_MIN_DEPTH}..{_MAX_DEPTH}", severity="warning")
             return
         await self.send(SetDepth(depth=depth), undo=undo)
+
+    async def quarantine(self, worker: str, *, release: bool = False) -> bool:
+        """Quarantine ``worker``, or release it; either way the other is the undo."""
+        if release:
+            return await self.send(Release(worker=worker), undo=("release", Quarantine(worker=worker)))
+        return await self.send(Quarantine(worker=worker), undo=("quarantine", Release(worker=worker)))
 
     async def action_undo(self) -> None:
         last = self.undo_slot.take(time.monotonic())

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.timer import Timer
 
-from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Quarantine, Release, Resume, RetryFailed
+from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Resume, RetryFailed
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME, all_themes
 from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.collector import QuietCollector
@@ -248,10 +248,8 @@ class WarpdeckApp(PipelineActions, App[int]):
             self._command_screen(args[0])
         elif v == "theme":
             self._command_theme(args[0])
-        elif v == "quarantine":
-            await self.send(Quarantine(worker=args[0]), undo=("quarantine", Release(worker=args[0])))
-        elif v == "release":
-            await self.send(Release(worker=args[0]), undo=("release", Quarantine(worker=args[0])))
+        elif v in ("quarantine", "release"):
+            await self.quarantine(args[0], release=v == "release")
         elif v == "worker":
             self.action_screen("workers")
             if not self.screen.highlight(args[0]):  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from warpdeck.engine.api import ControlView, EngineSnapshot, Quarantine, Release
+from warpdeck.engine.api import ControlView, EngineSnapshot
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
@@ -101,11 +101,7 @@ class WorkersScreen(MainScreen):
             self.notify("no worker highlighted", severity="warning", timeout=2)
             return
         state = next((w.state for w in snap.workers if w.id == wid), "")
-        app = self.app
-        if state == "quarantined":
-            await app.send(Release(worker=wid), undo=("release", Quarantine(worker=wid)))  # type: ignore[attr-defined]
-        else:
-            await app.send(Quarantine(worker=wid), undo=("quarantine", Release(worker=wid)))  # type: ignore[attr-defined]
+        await self.app.quarantine(wid, release=state == "quarantined")  # type: ignore[attr-defined]
 
     def highlight(self, worker_id: str) -> bool:
         """Move the cursor to a worker's row; False if there is no such worker."""
