@@ -11,7 +11,7 @@ machines except the command signature's expiry, which allows for clock skew.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 from collections import Counter
 from typing import Annotated, Any, Final, Literal
@@ -210,19 +210,29 @@ def encode(msg: BaseModel) -> bytes:
     return msg.model_dump_json().encode()
 
 
+@functools.cache
+def _plan(expect: frozenset[str]) -> tuple[int, type[_Wire] | None]:
+    """For the kinds a topic may carry: the size limit, and the one model when there is one
+    (worked out once per topic kind, not per message)."""
+    model = _MODELS[next(iter(expect))] if len(expect) == 1 else None
+    return max(MAX_BYTES[k] for k in expect), model
+
+
 def decode(payload: bytes | bytearray | str, expect: frozenset[str] | None = None) -> Payload:
     """Validate ``payload`` as one of the wire models; ``expect`` names the kinds the topic may carry.
 
     Raises ``WireError`` with the reason to count."""
     raw = payload.encode() if isinstance(payload, str) else bytes(payload)
-    limit = _LARGEST if expect is None else max(MAX_BYTES[k] for k in expect)
+    limit, model = (_LARGEST, None) if expect is None else _plan(expect)
     if len(raw) > limit:
         raise WireError("oversized", f"{len(raw)} bytes (at most {limit})")
-    if expect is not None and len(expect) == 1:
+    if model is not None:
         # The common case (a heartbeat on its topic): one pass of pydantic's own JSON parser. Anything
         # it refuses goes the long way below, which names the reason.
-        with contextlib.suppress(ValidationError):
-            return _MODELS[next(iter(expect))].model_validate_json(raw)  # type: ignore[return-value]
+        try:
+            return model.model_validate_json(raw)  # type: ignore[return-value]
+        except ValidationError:
+            pass
     try:
         obj: Any = json.loads(raw)
     except (ValueError, RecursionError) as exc:
