@@ -35,7 +35,7 @@ from typing import Any
 
 from _common import print_table, verdict, write_json
 
-from warpdeck.engine.api import ControlSettings, Engine, PipelineSpec, parse_broker, parse_spec
+from warpdeck.engine.api import Cancel, ControlSettings, Engine, PipelineSpec, parse_broker, parse_spec
 
 OVERHEAD_BOUND_S = 2e-3
 REQUEUE_BOUND_S = 0.5
@@ -108,14 +108,8 @@ async def _kills(kills: int, broker: str) -> list[dict[str, Any]]:
             await _until(lambda e=epoch: victim.epoch > e, 60)
             out.append({"requeued_s": requeued, "by": first.why.split(":")[0], "back_s": time.monotonic() - t0,
                         "batches_requeued": eng.leases.reclaimed - before})
-        await eng.command(_cancel_all())
+        await eng.command(Cancel(all=True))
     return out
-
-
-def _cancel_all() -> Any:
-    from warpdeck.engine.api import Cancel  # noqa: PLC0415
-
-    return Cancel(all=True)
 
 
 async def _until(cond: Any, limit_s: float) -> None:
