@@ -12,6 +12,7 @@ import numpy as np
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.strip import Strip
+from wd_tui import until
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME
@@ -119,15 +120,11 @@ def test_the_board_spreads_a_snapshot_over_frames_and_shows_all_of_it() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             board = app.screen
             assert isinstance(board, BoardScreen)
-            while board.shown_seq != 1:
-                await pilot.pause()
+            await until(pilot, lambda: board.shown_seq == 1)
             app.snapshot = second
             # More visible lines changed than one frame may repaint: the rest follow in later frames.
             assert board.shown_seq == -1
-            for _ in range(200):
-                if board.shown_seq == 2:
-                    break
-                await pilot.pause()
+            await until(pilot, lambda: board.shown_seq == 2)
             assert board.shown_seq == 2
             expected = board_rows(second)
             for column in board.query(BoardColumn):

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from textual.widgets import Static
+from wd_tui import until
 
 from warpdeck.engine.api import ControlView
 from warpdeck.tui.app import WarpdeckApp
@@ -55,10 +56,7 @@ def test_the_workers_screen_shows_the_line() -> None:
     async def scenario() -> None:
         app = WarpdeckApp(StreamLink(stream))
         async with app.run_test(size=(160, 40)) as pilot:
-            for _ in range(200):
-                if app.snapshot is not None and app.snapshot.seq == stream[-1].seq:
-                    break
-                await pilot.pause()
+            await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq == stream[-1].seq)
             await pilot.press("2")
             await pilot.pause()
             text = str(app.screen.query_one("#control-summary", Static).render())
