@@ -384,11 +384,13 @@ class Lane:
                 self.host.on_stall(batch, StallReason.MEMORY, "device idle, waiting for this batch's fill")
                 await asyncio.wait({fill_w})
         finally:
-            prev_w.cancel()
-            with contextlib.suppress(BaseException):
-                await prev_w
-            with contextlib.suppress(BaseException):
-                await fill_w
+            # Both are only watchers (done already, unless this wait was cancelled): awaiting a
+            # cancelled lane's fill here would wait for a job whose dependencies are only released
+            # once the lane has stopped, so a cancel under load could hang for good.
+            for w in (prev_w, fill_w):
+                w.cancel()
+                with contextlib.suppress(BaseException):
+                    await w
 
     def _submit_device(self, batch: Batch, slot: Slot, plan: StagePlan, fill_m: Marker, host_in: Any,
                        in_shape: tuple[int, ...], in_dtype: np.dtype[Any], host_release: Marker) -> Marker:
