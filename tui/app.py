@@ -19,6 +19,7 @@ from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.timer import Timer
+from textual.widgets import Input
 
 from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Resume, RetryFailed
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME, all_themes
@@ -26,6 +27,7 @@ from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.collector import QuietCollector
 from warpdeck.tui.command_line import CommandLineError, IdSuggester, Parsed, parse
 from warpdeck.tui.filtering import FilterError, TaskFilter
+from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived
@@ -84,6 +86,7 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.keys_seen = 0
         """Key presses so far: the board holds its snapshot parts back from a key's frame."""
         self.readonly_note = "read-only" if link.readonly else ""
+        self.keygate = KeyGate(self, self._route_input)
 
     @property
     def theme_names(self) -> list[str]:
@@ -106,10 +109,37 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.collector.stop()
 
     async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key | events.Paste) and not event.is_forwarded:
+            await self.keygate.arrive(event)  # routed when the key before it has been handled
+            return
+        await super().on_event(event)
+
+    async def _route_input(self, event: events.Key | events.Paste) -> None:
+        """Textual's own routing of one key or paste, by the focus of now (``KeyGate``)."""
         if isinstance(event, events.Key):
             self.collector.key_pressed()
             self.keys_seen += 1
+        elif self._paste_opens_prompt(event):
+            return
         await super().on_event(event)
+
+    def on_key_routed(self, message: KeyRouted) -> None:
+        message.stop()
+        self.keygate.routed(message)
+
+    def _paste_opens_prompt(self, event: events.Paste) -> bool:
+        """A paste that starts with ``:`` or ``/`` over a task list opens that prompt with the
+        rest of its first line in it, to be read before enter runs it; other pastes go where the
+        focus is (a prompt's input takes the first line)."""
+        text = event.text.lstrip()
+        if not text or text[0] not in ":/" or isinstance(self.focused, Input) or isinstance(self.screen, ModalScreen):
+            return False
+        rest = text[1:].splitlines()[0] if len(text) > 1 else ""
+        if text[0] == ":":
+            self.action_command_mode(rest)
+        else:
+            self.action_filter(rest)
+        return True
 
     # -- snapshots ---------------------------------------------------------------------------------
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
@@ -202,8 +232,9 @@ class WarpdeckApp(PipelineActions, App[int]):
         else:
             self.push_screen(PromptScreen(prompt, value=value, hint=hint, suggester=suggester, check=check), then)
 
-    def action_filter(self) -> None:
-        self.ask("filter (empty clears)", self.set_filter, value=self.filter_text, check=_filter_error,
+    def action_filter(self, value: str | None = None) -> None:
+        self.ask("filter (empty clears)", self.set_filter, value=self.filter_text if value is None else value,
+                 check=_filter_error,
                  hint="regex on the key · state:failed phase:compute stall:memory attempt:2 · ! inverts · enter sets")
 
     def set_filter(self, text: str | None) -> None:
@@ -213,10 +244,10 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.task_filter = TaskFilter(text)
         self.filter_text = self.task_filter.text
 
-    def action_command_mode(self) -> None:
+    def action_command_mode(self, value: str = "") -> None:
         suggester = IdSuggester(lambda: self.snapshot, lambda: self.theme_names)
-        self.ask(":", self._run_command_line, hint="command · tab or → completes · enter runs · escape closes",
-                 suggester=suggester, check=_command_error)
+        self.ask(":", self._run_command_line, value=value, suggester=suggester, check=_command_error,
+                 hint="command · tab or → completes · enter runs · escape closes")
 
     def _run_command_line(self, text: str | None) -> None:
         if text:

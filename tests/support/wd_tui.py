@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from textual import events
+from textual.app import App
+from textual.keys import _character_to_key
 from textual.pilot import Pilot
 
 from warpdeck.engine.api import PipelineSpec, parse_spec
@@ -46,3 +49,25 @@ async def engine_app(tmp_path: Path, spec: PipelineSpec | None = None,
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.counts.done > 0)
         yield app, pilot, link
+
+
+_CONTROL_KEYS = {"\r": "enter", "\n": "enter", "\x1b": "escape", "\t": "tab", "\x7f": "backspace"}
+
+
+def key_event(char: str) -> events.Key:
+    """The key a terminal delivers for one typed character (``\\r`` enter, ``\\x1b`` escape, ``\\t`` tab)."""
+    if char in _CONTROL_KEYS:
+        return events.Key(_CONTROL_KEYS[char], None if char != "\t" else "\t")
+    return events.Key(_character_to_key(char), char)
+
+
+def burst(app: App[Any], text: str) -> None:
+    """Post ``text`` to the app as keys, all at once: what a terminal delivers when keys are typed
+    (or sent) faster than the app handles them. Pilot's ``press`` waits for idle after each key."""
+    for char in text:
+        app.post_message(key_event(char))
+
+
+def commands(link: Any) -> list[Any]:
+    """The commands the link has sent, in order."""
+    return [s.command for s in link.sent]

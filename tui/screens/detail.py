@@ -52,7 +52,10 @@ def render_detail(d: TaskDetail) -> Group:
 class DetailScreen(ModalScreen[None]):
     """One task in full; refreshed with each snapshot while open."""
 
-    BINDINGS: ClassVar = [Binding("escape,q", "dismiss", "Close")]
+    BINDINGS: ClassVar = [Binding("escape,q", "dismiss", "Close"),
+                          # The command line and the filter work from here too (a prompt screen opens over it).
+                          Binding("colon", "app.command_mode", "Command", show=False),
+                          Binding("slash", "app.filter", "Filter", show=False)]
 
     DEFAULT_CSS = """
     DetailScreen { align: center middle; }

@@ -43,7 +43,10 @@ def _keys(key: Key) -> str:
 class HelpScreen(ModalScreen[None]):
     """Every key the control room knows."""
 
-    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close"),
+                          # The command line and the filter work from here too (a prompt screen opens over it).
+                          Binding("colon", "app.command_mode", "Command", show=False),
+                          Binding("slash", "app.filter", "Filter", show=False)]
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

@@ -96,7 +96,8 @@ class PromptBar(Vertical):
         field.cursor_position = len(value)
         self.add_class("-open")
         field.can_focus = True
-        field.focus()
+        # At once, not ``focus()`` (a callback later): the next key is routed by this focus.
+        self.screen.set_focus(field)
 
     def close(self, value: str | None) -> None:
         """Hide the prompt, give the focus back and hand ``value`` to the asker."""
