@@ -3,9 +3,11 @@ the Textual app in the foreground, the run's report when the app closes."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
-from warpdeck.engine.api import ControlSettings, PipelineSpec, RunReport
+from warpdeck.engine.api import ControlSettings, EngineSnapshot, PipelineSpec, RunReport
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import EngineLink, Link
@@ -42,13 +44,43 @@ def run_remote(link: Link, *, theme: str | None = None) -> int:
 
 def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = None,
                      retry_failed: bool = False, journal: bool | None = None,
-                     control: ControlSettings | None = None) -> RunReport | None:
+                     control: ControlSettings | None = None, headless: bool = False) -> RunReport | None:
     """Run ``spec`` under the control room until the user quits; the report, if the run got that far.
-    Raises what stops the engine from starting (a bad run directory, a missing backend)."""
+    Raises what stops the engine from starting (a bad run directory, a missing backend).
+
+    Only the user stops the run: if the control room itself fails, the run goes on headless until
+    it ends (ctrl+c stops it), and one line on stderr says how to attach again. ``headless``:
+    the app draws nowhere (tests)."""
     link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
     link.open()
+    app = WarpdeckApp(link, theme=theme, log_path=run_dir / "control-room.log")
     try:
-        WarpdeckApp(link, theme=theme).run()
+        app.run(headless=headless)
+        if app.crash is not None and not link.wait(0):
+            _carry_on_headless(app, link, control)
     finally:
         link.stop()
     return link.report
+
+
+def _carry_on_headless(app: WarpdeckApp, link: EngineLink, control: ControlSettings | None) -> None:
+    """The app failed while the engine runs: say so, and how to get the control room back."""
+    end = time.monotonic() + 3.0  # an app that failed at once: the embedded broker may still be starting
+    while not _broker(snap := link.latest) and control is not None and time.monotonic() < end:
+        time.sleep(0.05)
+    broker = _broker(snap)
+    pipeline = snap.pipeline if snap is not None else link.spec.name
+    again = (f"attach again with: warpdeck attach {broker} --pipeline {pipeline}" if broker
+             else "no control plane to attach through (--broker none)")
+    print(f"warpdeck: the control room stopped on an error ({type(app.crash).__name__}; see "
+          f"{app.log_path}); the run goes on headless, ctrl+c stops it; {again}", file=sys.stderr, flush=True)
+    app.log_crash()
+    try:
+        while not link.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        print("warpdeck: interrupted; stopping the run", file=sys.stderr, flush=True)
+
+
+def _broker(snap: EngineSnapshot | None) -> str:
+    return snap.control.broker if snap is not None and snap.control is not None else ""

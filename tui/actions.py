@@ -1,15 +1,18 @@
-"""The pipeline actions behind the keys: each becomes one typed command sent through the link.
+"""The pipeline actions behind the keys and the ``:`` verbs: each becomes one typed command sent
+through the link.
 
 The decision this module protects: the app holds no engine logic. An action reads the current
-snapshot to decide which command it means (pause or resume, which depth), asks first where the
-action destroys work, remembers the inverse where one exists, and reports the engine's answer.
+snapshot to decide which command it means, asks first where the action destroys work (or stops
+the run from progressing), remembers the inverse where one exists, and reports the engine's
+answer in the engine's words. Ids are looked up before a dialog opens: an unknown id is answered
+``no task 'X'`` on the spot, and a dialog names each task as it is while it waits for the answer.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 from warpdeck.engine.api import (
     Cancel,
@@ -23,9 +26,10 @@ from warpdeck.engine.api import (
     Resume,
     RetryFailed,
     SetDepth,
+    TaskDetail,
 )
 from warpdeck.tui.screens.confirm import ConfirmScreen
-from warpdeck.tui.undo import UndoSlot
+from warpdeck.tui.undo import Undoable, UndoStack
 from warpdeck.tui.widgets.task_list import TaskList
 
 if TYPE_CHECKING:
@@ -37,9 +41,22 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["PipelineActions"]
+__all__ = ["MAX_DEPTH", "MIN_DEPTH", "PipelineActions", "describe_task"]
 
-_MIN_DEPTH, _MAX_DEPTH = 2, 64
+MIN_DEPTH, MAX_DEPTH = 2, 64
+_TOLD_S = 1.0
+"""How long what the engine was told outranks the snapshots (they come at 10 Hz)."""
+_T = TypeVar("_T")
+
+
+def describe_task(key: str, detail: TaskDetail | None) -> str:
+    """A task as it is now, in a few words: ``syn-00000042 (running · compute)``."""
+    if detail is None:
+        return f"{key} (no such task)"
+    state = detail.state + (f" · {detail.phase}" if detail.state == "running" else "")
+    if detail.stall not in ("", "none"):
+        state += f" · stalled: {detail.stall}"
+    return f"{key} ({state})"
 
 
 class PipelineActions(_Base):
@@ -47,55 +64,110 @@ class PipelineActions(_Base):
 
     link: Link
     snapshot: EngineSnapshot | None
-    undo_slot: UndoSlot
+    undo_stack: UndoStack
+    _asked: dict[str, tuple[int | bool, float]]
+    """What the engine was last told, and when (``_as_told``)."""
+    report_error: Callable[[str, BaseException], None]
 
     def focused_key(self) -> str | None:
         """The highlighted task of the focused task list, if one has focus."""
         focused = self.focused
         return focused.current_key if isinstance(focused, TaskList) else None
 
-    async def send(self, cmd: Command, *, undo: tuple[str, Command] | None = None) -> bool:
-        """Send ``cmd``; say what happened; remember its inverse when it applied."""
+    async def send(self, cmd: Command, *, undo: Undoable | None = None) -> bool:
+        """Send ``cmd``; say what happened; remember how to undo it when it applied."""
         result = await self.link.send(cmd)
-        self.notify(result.message, severity="information" if result.ok else "warning", timeout=3)
+        self.notify(result.message, severity="information" if result.ok else "warning", timeout=4)
         if result.ok and undo is not None:
-            self.undo_slot.push(undo[0], undo[1], time.monotonic())
+            self.undo_stack.push(undo.inverse, undo.restores)
         return result.ok
 
-    def _send_soon(self, cmd: Command, undo: tuple[str, Command] | None = None) -> None:
-        self.run_worker(self.send(cmd, undo=undo), group="commands")
+    def send_soon(self, cmd: Command, undo: Undoable | None = None) -> None:
+        """Send from a callback (a dialog's answer): in a worker, errors reported, never raised."""
+        self.run_worker(self._guarded(self.send(cmd, undo=undo), cmd.kind), group="commands")
 
-    def _confirmed(self, cmd: Command) -> Callable[[bool | None], None]:
+    async def _guarded(self, work: Awaitable[object], what: str) -> None:
+        try:
+            await work
+        except Exception as exc:  # noqa: BLE001 - shown and logged; the control room goes on
+            self.report_error(what, exc)
+
+    def _confirm(self, question: str, cmd: Command, *, type_to_confirm: str | None = None,
+                 describe: Callable[[], Awaitable[str]] | None = None,
+                 then: Callable[[], None] | None = None) -> None:
         def answer(yes: bool | None) -> None:
             if yes:
-                self._send_soon(cmd)
-        return answer
+                self.send_soon(cmd)
+                if then is not None:
+                    then()
+        self.push_screen(ConfirmScreen(question, type_to_confirm=type_to_confirm, describe=describe), answer)
 
-    # -- actions ---------------------------------------------------------------------------------
-    async def action_pause_resume(self) -> None:
+    async def details(self, keys: Iterable[str]) -> dict[str, TaskDetail | None]:
+        """Each key's detail as the engine has it now (None: no such task)."""
+        return {key: await self.link.detail(key) for key in keys}
+
+    # -- what the engine was last told --------------------------------------------------------------
+    def _told(self, what: str, value: int | bool) -> None:
+        self._asked[what] = (value, time.monotonic())
+        if what == "paused":
+            self.refresh_bindings()  # the footer offers p resume while paused
+
+    def _as_told(self, what: str, shown: _T) -> _T:
+        """``shown`` (the snapshot's), unless the engine was told otherwise since that snapshot may
+        have been taken: keys in a burst (``++``, ``pp``) build on each other, not on a stale view."""
+        value, at = self._asked.get(what, (None, 0.0))
+        return value if value is not None and time.monotonic() - at < _TOLD_S else shown  # type: ignore[return-value]
+
+    # -- pause and resume --------------------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
         snap = self.snapshot
-        if snap is not None and snap.feeder.state == "paused":
-            await self.send(Resume(), undo=("resume", Pause()))
-        else:
-            await self.send(Pause(), undo=("pause", Resume()))
+        shown = snap is not None and snap.feeder.state == "paused" and not snap.finished
+        return bool(self._as_told("paused", shown))
 
+    async def action_pause(self) -> None:
+        if await self.send(Pause(), undo=Undoable(Resume(), "resumed")):
+            self._told("paused", True)
+
+    async def action_resume(self) -> None:
+        if await self.send(Resume(), undo=Undoable(Pause(), "paused again")):
+            self._told("paused", False)
+
+    # -- destructive: asked first --------------------------------------------------------------------
     def action_drain(self) -> None:
-        self.push_screen(ConfirmScreen("Drain: admit nothing more and stop when what is admitted is done?"),
-                         self._confirmed(Drain()))
+        self._confirm("Drain: admit nothing more and stop when what is admitted is done?", Drain())
 
-    def action_cancel_task(self) -> None:
+    async def action_cancel_task(self) -> None:
         key = self.focused_key()
         if key is None:
             self.notify("no task highlighted: pick one on the board (x), or X to cancel everything",
                         severity="warning")
             return
-        self.push_screen(ConfirmScreen(f"Cancel task {key}?"), self._confirmed(Cancel(keys=(key,))))
+        await self.cancel_tasks((key,))
+
+    async def cancel_tasks(self, keys: tuple[str, ...]) -> None:
+        """Ask, then cancel the named tasks; unknown ids are answered at once."""
+        found = await self.details(dict.fromkeys(keys))
+        unknown = [k for k, d in found.items() if d is None]
+        known = tuple(k for k, d in found.items() if d is not None)
+        if unknown:
+            self.notify("no task " + ", ".join(repr(k) for k in unknown), severity="warning", timeout=5)
+        if not known:
+            return
+
+        async def describe() -> str:
+            now = await self.details(known)
+            return "Cancel " + ", ".join(describe_task(k, now[k]) for k in known[:6]) + (
+                f" and {len(known) - 6} more" if len(known) > 6 else "") + "?"
+
+        self._confirm(await describe(), Cancel(keys=known), describe=describe)
 
     def action_cancel_all(self) -> None:
         name = self.snapshot.pipeline if self.snapshot is not None else "all"
-        self.push_screen(ConfirmScreen("Cancel EVERY unfinished task of this pipeline? This cannot be undone.",
-                                       type_to_confirm=name), self._confirmed(Cancel(all=True)))
+        self._confirm("Cancel EVERY unfinished task of this pipeline? This cannot be undone.", Cancel(all=True),
+                      type_to_confirm=name)
 
+    # -- the rest ------------------------------------------------------------------------------------
     async def action_retry_failed(self) -> None:
         key = self.focused_key()
         snap = self.snapshot
@@ -112,33 +184,58 @@ class PipelineActions(_Base):
         if snap is None or not snap.lanes:
             self.notify("no lanes yet", severity="warning")
             return
-        old = snap.lanes[0].depth
-        new = max(_MIN_DEPTH, min(_MAX_DEPTH, old + step))
-        if new == old:
-            self.notify(f"prefetch depth stays {old} (range {_MIN_DEPTH}..{_MAX_DEPTH})", severity="warning")
-            return
-        await self.send(SetDepth(depth=new), undo=(f"depth {old} → {new}", SetDepth(depth=old)))
+        await self.set_depth(self._as_told("depth", snap.lanes[0].depth) + step, clamp=True)
 
-    async def set_depth(self, depth: int) -> None:
-        """Command mode's ``depth N``."""
-        old = self.snapshot.lanes[0].depth if self.snapshot is not None and self.snapshot.lanes else None
-        undo = (f"depth {old} → {depth}", SetDepth(depth=old)) if old is not None else None
-        if not _MIN_DEPTH <= depth <= _MAX_DEPTH:
-            self.notify(f"depth must be {_MIN_DEPTH}..{_MAX_DEPTH}", severity="warning")
+    async def set_depth(self, depth: int, *, clamp: bool = False) -> None:
+        """Set every lane's prefetch depth (``clamp``: to the nearest allowed, as + and - do)."""
+        snap = self.snapshot
+        old = self._as_told("depth", snap.lanes[0].depth) if snap is not None and snap.lanes else None
+        if clamp:
+            depth = max(MIN_DEPTH, min(MAX_DEPTH, depth))
+        if not MIN_DEPTH <= depth <= MAX_DEPTH:
+            self.notify(f"depth {depth}: it must be {MIN_DEPTH}..{MAX_DEPTH}", severity="warning")
             return
-        await self.send(SetDepth(depth=depth), undo=undo)
+        if depth == old:
+            self.notify(f"prefetch depth stays {old} (range {MIN_DEPTH}..{MAX_DEPTH})", severity="warning")
+            return
+        undo = Undoable(SetDepth(depth=old), f"depth back to {old}") if old is not None else None
+        if await self.send(SetDepth(depth=depth), undo=undo):
+            self._told("depth", depth)
 
-    async def quarantine(self, worker: str, *, release: bool = False) -> bool:
-        """Quarantine ``worker``, or release it; either way the other is the undo."""
+    async def quarantine(self, worker: str, *, release: bool = False) -> None:
+        """Quarantine ``worker`` (asking first if it is the last one taking batches), or release it;
+        either way the other is the undo."""
         if release:
-            return await self.send(Release(worker=worker), undo=("release", Quarantine(worker=worker)))
-        return await self.send(Quarantine(worker=worker), undo=("quarantine", Release(worker=worker)))
+            await self.send(Release(worker=worker), undo=Undoable(Quarantine(worker=worker),
+                                                                  f"{worker} quarantined again"))
+            return
+        snap = self.snapshot
+        taking = [w.id for w in snap.workers if w.state not in ("quarantined", "dead")] if snap is not None else []
+        if taking == [worker]:
+            def answer(yes: bool | None) -> None:
+                if yes:
+                    self.run_worker(self._guarded(self._quarantine_last(worker), "quarantine"), group="commands")
+            self.push_screen(ConfirmScreen(f"{worker} is the last worker taking batches. Quarantine it? The run "
+                                           f"cannot progress until it is released (u undoes)."), answer)
+            return
+        await self.send(Quarantine(worker=worker), undo=Undoable(Release(worker=worker), f"{worker} released"))
+
+    async def _quarantine_last(self, worker: str) -> None:
+        if await self.send(Quarantine(worker=worker), undo=Undoable(Release(worker=worker), f"{worker} released")):
+            self.notify(f"every worker is quarantined: the run cannot progress until one is released "
+                        f"(:release {worker}, or u)", severity="warning", timeout=10)
 
     async def action_undo(self) -> None:
-        last = self.undo_slot.take(time.monotonic())
+        last = self.undo_stack.pop()
         if last is None:
-            self.notify(f"nothing to undo (pause, resume and depth changes can be undone for "
-                        f"{self.undo_slot.window_s:.0f} s)", severity="warning")
+            self.notify("nothing to undo (pause, resume, depth, quarantine and release can be undone)",
+                        severity="warning")
             return
         if await self.send(last.inverse):
-            self.notify(f"undid {last.label}", timeout=3)
+            match last.inverse:
+                case SetDepth(depth=depth):
+                    self._told("depth", depth)
+                case Pause() | Resume():
+                    self._told("paused", isinstance(last.inverse, Pause))
+            left = len(self.undo_stack)
+            self.notify(f"undone: {last.restores}" + (f" ({left} more to undo)" if left else ""), timeout=4)

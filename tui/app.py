@@ -8,24 +8,29 @@ first snapshot is painted, full garbage collections wait for the keyboard to go 
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
 
 from textual import events
-from textual.app import App
+from textual.actions import ActionParseResult
+from textual.app import App, SystemCommand
+from textual.dom import DOMNode
 from textual.reactive import var
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.suggester import Suggester
 from textual.timer import Timer
 from textual.widgets import Input
 
-from warpdeck.engine.api import Cancel, EngineSnapshot, Pause, Resume, RetryFailed
+from warpdeck.engine.api import EngineSnapshot
 from warpdeck.themes import BUILTIN_THEMES, DEFAULT_THEME, all_themes
-from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.collector import QuietCollector
-from warpdeck.tui.command_line import CommandLineError, IdSuggester, Parsed, parse
+from warpdeck.tui.command_line import CommandLineError, IdSuggester, parse
+from warpdeck.tui.command_mode import CommandMode
 from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
@@ -39,7 +44,7 @@ from warpdeck.tui.screens.help import HelpScreen
 from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.screens.timeline import TimelineScreen
 from warpdeck.tui.screens.workers import WorkersScreen
-from warpdeck.tui.undo import UndoSlot
+from warpdeck.tui.undo import UndoStack
 from warpdeck.tui.widgets.prompt_bar import Check, PromptBar
 
 __all__ = ["MAX_REPAINT_HZ", "SCREENS_IN_ORDER", "WarpdeckApp"]
@@ -48,7 +53,7 @@ MAX_REPAINT_HZ = 10.0
 SCREENS_IN_ORDER = ("board", "workers", "timeline")
 
 
-class WarpdeckApp(PipelineActions, App[int]):
+class WarpdeckApp(CommandMode, App[int]):
     """The warpdeck control room over one link (an engine in process, a recording, a remote one)."""
 
     TITLE = "warpdeck"
@@ -69,12 +74,20 @@ class WarpdeckApp(PipelineActions, App[int]):
     """Shown in the status bar when commands are off."""
 
     def __init__(self, link: Link, *, theme: str | None = None, theme_dir: Path | None = None,
-                 screenshot_dir: Path | None = None) -> None:
+                 screenshot_dir: Path | None = None, log_path: Path | None = None) -> None:
         super().__init__()
         self.link = link
-        self.undo_slot = UndoSlot()
+        self.undo_stack = UndoStack()
+        self._asked = {}
         self.stopped: EngineStopped | None = None
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"warpdeck-control-room-{os.getpid()}.log"
+        """Where the traceback of anything that went wrong in the control room is written."""
+        self.errors = 0
+        """Unexpected errors caught (each shown, and logged to ``log_path``)."""
         self._themes, self._theme_errors = all_themes(theme_dir)
+        # warpdeck's themes only: Textual's own colour the app in part (no wd-* domain colours).
+        for name in list(self.available_themes):
+            self.unregister_theme(name)
         for t in self._themes.values():
             self.register_theme(t)
         self.theme = theme if theme in self.available_themes else DEFAULT_THEME
@@ -88,14 +101,77 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.readonly_note = "read-only" if link.readonly else ""
         self.keygate = KeyGate(self, self._route_input)
 
+    # -- what may run now --------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in _ASKS_FIRST and self.prompt_open:
+            return False  # a prompt has the keyboard: nothing that asks to destroy work opens over it
+        if action == "pause":
+            return not self.paused
+        if action == "resume":
+            return self.paused
+        return True
+
+    @property
+    def prompt_open(self) -> bool:
+        """A prompt (``:`` or ``/``) has the keyboard."""
+        bar = self._prompt_bar()
+        return isinstance(self.screen, PromptScreen) or (bar is not None and bar.is_open)
+
+    async def run_action(self, action: str | ActionParseResult, default_namespace: DOMNode | None = None) -> bool:
+        """Textual's, except that an action that fails is shown and logged, and the app goes on."""
+        try:
+            return await super().run_action(action, default_namespace)
+        except Exception as exc:  # noqa: BLE001 - the control room (and the run) must outlive any one key
+            self.report_error(str(action), exc)
+            return True
+
+    @property
+    def crash(self) -> BaseException | None:
+        """What stopped the app, if an error did (Textual keeps it, and exits, on any error a
+        handler lets out; actions are caught before, in ``run_action``)."""
+        return self._exception
+
+    def report_error(self, what: str, error: BaseException) -> None:
+        """Show that ``what`` failed, and write its traceback to ``log_path``."""
+        self.errors += 1
+        where = self._log(what, error)
+        self.notify(f"{what}: {type(error).__name__}: {error}. The control room goes on; traceback in {where}",
+                    title="something went wrong", severity="error", timeout=15)
+
+    def log_crash(self) -> None:
+        """Write what stopped the app (``crash``) to ``log_path``."""
+        if self.crash is not None:
+            self._log("the control room stopped", self.crash)
+
+    def _log(self, what: str, error: BaseException) -> str:
+        """Append ``error``'s traceback to the log; returns where it went, in words."""
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("a", encoding="utf-8") as log:
+                log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n")
+                log.write("".join(traceback.format_exception(error)))
+        except OSError as exc:
+            return f"nowhere ({self.log_path} could not be written: {exc.strerror})"
+        return str(self.log_path)
+
     @property
     def theme_names(self) -> list[str]:
         """warpdeck's themes and the user's, in the order ``t`` cycles through them."""
         return list(self._themes)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
-        # Textual's own themes (the palette offers them) lack warpdeck's domain colours.
+        # A user's theme may lack warpdeck's domain colours.
         return dict(BUILTIN_THEMES[DEFAULT_THEME].variables)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        # Textual's, less its Quit (which quits without asking): ours is in the key table.
+        for command in super().get_system_commands(screen):
+            if command.callback != self.action_quit:
+                yield command
+
+    async def action_quit(self) -> None:
+        """Every way out asks while work runs (Textual binds its quit to ctrl+q)."""
+        self.action_quit_app()
 
     def on_mount(self) -> None:
         for error in self._theme_errors:
@@ -105,7 +181,8 @@ class WarpdeckApp(PipelineActions, App[int]):
         self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
     async def on_unmount(self) -> None:
-        self.link.stop()
+        if self.crash is None:  # else the run goes on without the app (``cli/control_room.py``)
+            self.link.stop()
         self.collector.stop()
 
     async def on_event(self, event: events.Event) -> None:
@@ -154,7 +231,10 @@ class WarpdeckApp(PipelineActions, App[int]):
         self._paint_timer = None
         if self._pending is not None:
             self._last_paint = time.monotonic()
+            was_paused = self.paused
             self.snapshot, self._pending = self._pending, None
+            if self.paused != was_paused:
+                self.refresh_bindings()  # the footer offers p resume while paused
             if not self.collector.running:
                 self.call_after_refresh(self.collector.start)
 
@@ -251,52 +331,13 @@ class WarpdeckApp(PipelineActions, App[int]):
 
     def _run_command_line(self, text: str | None) -> None:
         if text:
-            self.run_worker(self.run_command(parse(text)), group="commands")
+            self.run_worker(self._guarded(self.run_command(parse(text)), f":{text.strip()}"), group="commands")
 
-    async def run_command(self, cmd: Parsed) -> None:
-        """Carry out one parsed command-mode line."""
-        v, args = cmd.verb, cmd.args
-        simple = {"drain": "drain", "cancel-all": "cancel_all", "requeue": "requeue_stalled", "undo": "undo",
-                  "follow": "follow", "help": "help", "quit": "quit_app"}
-        if v in simple:
-            await self.run_action(simple[v])
-        elif v == "pause":
-            await self.send(Pause(), undo=("pause", Resume()))
-        elif v == "resume":
-            await self.send(Resume(), undo=("resume", Pause()))
-        elif v == "cancel":
-            self.push_screen(ConfirmScreen(f"Cancel {len(args)} task(s): {' '.join(args)[:200]}?"),
-                             self._confirmed(Cancel(keys=args)))
-        elif v == "retry":
-            await self.send(RetryFailed(keys=args))
-        elif v == "depth":
-            await self.set_depth(int(args[0]))
-        elif v == "detail":
-            self.action_detail(args[0])
-        elif v == "filter":
-            self.set_filter(args[0])
-        elif v == "screen":
-            self._command_screen(args[0])
-        elif v == "theme":
-            self._command_theme(args[0])
-        elif v in ("quarantine", "release"):
-            await self.quarantine(args[0], release=v == "release")
-        elif v == "worker":
-            self.action_screen("workers")
-            if not self.screen.highlight(args[0]):  # type: ignore[attr-defined]
-                self.notify(f"no worker {args[0]!r}", severity="warning")
-
-    def _command_screen(self, name: str) -> None:
-        if name not in SCREENS_IN_ORDER:
-            self.notify(f"screens: {', '.join(SCREENS_IN_ORDER)}", severity="warning")
-        else:
-            self.action_screen(name)
-
-    def _command_theme(self, name: str) -> None:
-        if name not in self.available_themes:
-            self.notify(f"no theme {name!r}; themes: {', '.join(self.theme_names)}", severity="warning")
-        else:
-            self.theme = name
+    def action_failed(self) -> None:
+        """Show failed tasks only; again: clear the filter."""
+        self.set_filter("" if self.filter_text == "state:failed" else "state:failed")
+        self.notify(f"filter /{self.filter_text}/ (F again clears)" if self.filter_text else "filter cleared",
+                    timeout=2)
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -313,13 +354,20 @@ class WarpdeckApp(PipelineActions, App[int]):
 
     def action_quit_app(self) -> None:
         snap = self.snapshot
+        if isinstance(self.screen, ConfirmScreen) and self.screen.name == "quit":
+            return  # already asking
         if (snap is not None and not snap.finished and self.stopped is None and not self.link.readonly
                 and self.link.owns_engine):
-            self.push_screen(ConfirmScreen("Work is still running. Quit and stop the pipeline? "
-                                           "(The journal keeps what is done.)"),
+            kept = ("The journal keeps what is done: the same command resumes." if self.link.journaled
+                    else "This run keeps no journal: what is not done is lost.")
+            self.push_screen(ConfirmScreen(f"Work is still running. Quit and stop the pipeline? {kept}", name="quit"),
                              lambda yes: self.exit(1, return_code=1) if yes else None)
         else:
             self.exit(0)
+
+
+#: Actions that destroy work or stop the run (each asks first): never opened over an open prompt.
+_ASKS_FIRST = frozenset({"drain", "cancel_task", "cancel_all", "quit_app", "quit"})
 
 
 def _filter_error(text: str) -> str | None:

@@ -51,7 +51,9 @@ KEYS: tuple[Key, ...] = (
     Key("shift+tab", "previous_screen", "Previous screen", "Screens", palette=False, priority=True),
     Key("question_mark", "help", "Help: every key", "Screens", footer=True, short="help", display="?"),
     # -- the pipeline
-    Key("p", "pause_resume", "Pause or resume: no new batches start", "Pipeline", footer=True, short="pause"),
+    # One key, two bindings: the footer offers the one that applies now (``App.check_action``).
+    Key("p", "pause", "Pause: no new batches start", "Pipeline", footer=True, short="pause"),
+    Key("p", "resume", "Resume: batches start again", "Pipeline", footer=True, short="resume"),
     Key("d", "drain", "Drain: admit nothing more, finish what is admitted", "Pipeline"),
     Key("x", "cancel_task", "Cancel the highlighted task", "Pipeline", footer=True, short="cancel"),
     Key("X", "cancel_all", "Cancel every unfinished task (type the pipeline's name)", "Pipeline"),
@@ -60,14 +62,17 @@ KEYS: tuple[Key, ...] = (
     Key("R", "requeue_stalled", "Requeue stalled tasks to the front", "Pipeline"),
     Key("plus,equals_sign", "depth(1)", "Prefetch depth up (auto tuning off)", "Pipeline", display="+"),
     Key("minus", "depth(-1)", "Prefetch depth down (auto tuning off)", "Pipeline", display="-"),
-    Key("u", "undo", "Undo the last reversible action (within 10 s)", "Pipeline"),
+    Key("u", "undo", "Undo the last reversible action (again: the one before)", "Pipeline"),
     # -- the view
     Key("slash", "filter", "Filter: regex, !invert, field:value", "View", footer=True, short="filter", display="/"),
     Key("colon", "command_mode", "Command mode (tab completes ids)", "View", footer=True, short="command", display=":"),
+    Key("F", "failed", "Failed tasks only (again: clear the filter)", "View"),
     Key("f", "follow", "Follow the newest or freeze the view", "View"),
     Key("t", "next_theme", "Next theme", "View"),
     Key("ctrl+s", "screenshot", "Save a screenshot (SVG)", "View"),
     Key("q", "quit_app", "Quit (asks while work is running)", "View", footer=True, short="quit"),
+    Key("ctrl+q,ctrl+c", "quit_app", "Quit, as q does (asks while work is running)", "View", palette=False,
+        priority=True),
     # -- the board
     Key("h,left", "column(-1)", "Column to the left", "Board", scope="board", palette=False),
     Key("l,right", "column(1)", "Column to the right", "Board", scope="board", palette=False),

@@ -1,45 +1,46 @@
-"""Undo for reversible actions: pause, resume and a prefetch-depth change.
+"""Undo for reversible actions: pause, resume, a prefetch-depth change, quarantine and release.
 
 The decision this module protects: only an action whose inverse is itself a command can be undone
-(cancel and drain cannot: cancelled work is gone), and only for a short while, because an undo
-long after the fact would surprise more than it helps.
+(cancel and drain cannot: cancelled work is gone), and the undo says what it restored, in the
+words of the state it went back to ("depth back to 16"), not of the change it reverses. Undo is a
+stack, so ``u`` pressed again goes one step further back; it is bounded, because an undo of
+something done long before would surprise more than help.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from warpdeck.engine.api import Command
 
-__all__ = ["UNDO_WINDOW_S", "UndoSlot", "Undoable"]
+__all__ = ["UNDO_DEPTH", "UndoStack", "Undoable"]
 
-UNDO_WINDOW_S = 10.0
+UNDO_DEPTH = 16
 
 
 @dataclass(frozen=True, slots=True)
 class Undoable:
-    """What was done (in words), the command that reverses it, and when."""
+    """The command that reverses an action, and what undoing it restores (in words)."""
 
-    label: str
     inverse: Command
-    at: float
+    restores: str
 
 
-class UndoSlot:
-    """Holds the last reversible action; ``take`` hands it out once, within the window."""
+class UndoStack:
+    """The last ``depth`` reversible actions, newest on top; ``pop`` hands each out once."""
 
-    def __init__(self, window_s: float = UNDO_WINDOW_S) -> None:
-        self.window_s = window_s
-        self._last: Undoable | None = None
+    def __init__(self, depth: int = UNDO_DEPTH) -> None:
+        self._stack: deque[Undoable] = deque(maxlen=depth)
 
-    def push(self, label: str, inverse: Command, now: float) -> None:
-        self._last = Undoable(label, inverse, now)
+    def __len__(self) -> int:
+        return len(self._stack)
 
-    def clear(self) -> None:
-        self._last = None
+    def push(self, inverse: Command, restores: str) -> None:
+        self._stack.append(Undoable(inverse, restores))
 
-    def take(self, now: float) -> Undoable | None:
-        last, self._last = self._last, None
-        if last is None or now - last.at > self.window_s:
-            return None
-        return last
+    def pop(self) -> Undoable | None:
+        return self._stack.pop() if self._stack else None
+
+    def peek(self) -> Undoable | None:
+        return self._stack[-1] if self._stack else None

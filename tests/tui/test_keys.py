@@ -75,8 +75,11 @@ def test_cancel_highlighted_task(tmp_path: Path) -> None:
         async with engine_app(tmp_path, slow_spec(stage="wd_stages:sleep_forever_ish")) as (app, pilot, link):
             lst = app.screen.query_one("#list-queued", TaskList)
             await until(pilot, lambda: lst.count > 20)
-            await pilot.press("G", "x")  # the newest queued task: far from being started
-            key = app.screen.question.removeprefix("Cancel task ").removesuffix("?")
+            await pilot.press("G")  # the newest queued task: far from being started
+            key = lst.current_key
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert app.screen.question == f"Cancel {key} (queued)?"  # named as it is
             await pilot.press("y")
             await until(pilot, lambda: commands(link) == [Cancel(keys=(key,))])
             assert link.sent[0].result.affected == 1
@@ -289,7 +292,7 @@ def test_command_palette_runs_an_action(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with engine_app(tmp_path) as (app, pilot, link):
             await pilot.press("ctrl+p")
-            app.screen.query_one(Input).value = "Pause or resume"
+            app.screen.query_one(Input).value = "Pause: no new batches"
             await pilot.pause(0.3)
             await pilot.press("enter")
             await until(pilot, lambda: commands(link) == [Pause()])
@@ -323,7 +326,9 @@ def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_path: Pat
             await pilot.press("2")
             await until(pilot, lambda: app.screen.name == "workers")
             wid = app.snapshot.workers[0].id
-            await pilot.press("z")
+            await pilot.press("z")  # the only worker: the run could not go on, so it asks first
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
             await until(pilot, lambda: len(link.sent) == 1)
             assert commands(link) == [Quarantine(worker=wid)] and link.sent[0].result.ok
             await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")

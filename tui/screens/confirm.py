@@ -1,9 +1,15 @@
-"""Confirmation for destructive actions; the worst ones ask for a word to be typed."""
+"""Confirmation for destructive actions; the worst ones ask for a word to be typed.
+
+A question about tasks that are moving on (a cancel) is asked again with every snapshot while
+the dialog is open (``describe``), so what is confirmed is the task as it is then.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -27,14 +33,16 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen .hint { color: $text-muted; }
     """
 
-    def __init__(self, question: str, *, type_to_confirm: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, question: str, *, type_to_confirm: str | None = None,
+                 describe: Callable[[], Awaitable[str]] | None = None, name: str | None = None) -> None:
+        super().__init__(name=name)
         self.question = question
         self.type_to_confirm = type_to_confirm
+        self._describe = describe
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(self.question, id="question")
             if self.type_to_confirm is not None:
                 yield Label(f"Type [b]{self.type_to_confirm}[/b] to confirm:", classes="hint")
                 yield Input(id="confirm-text")
@@ -45,10 +53,20 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("No", id="no", variant="primary")
 
     def on_mount(self) -> None:
+        if self._describe is not None:
+            self.watch(self.app, "snapshot", lambda _: self._ask_again())
         if self.type_to_confirm is not None:
             self.query_one(Input).focus()
         else:
             self.query_one("#no", Button).focus()
+
+    @work(group="confirm-question", exclusive=True)
+    async def _ask_again(self) -> None:
+        assert self._describe is not None
+        question = await self._describe()
+        if question != self.question and self.is_attached:
+            self.question = question
+            self.query_one("#question", Label).update(question)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#yes", Button).disabled = event.value != self.type_to_confirm

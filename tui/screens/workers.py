@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.widgets import Static
+from textual.widgets.data_table import RowDoesNotExist
 
 from warpdeck.engine.api import ControlView, EngineSnapshot
 from warpdeck.tui.keymap import bindings
@@ -108,6 +109,6 @@ class WorkersScreen(MainScreen):
         table = self.query_one(WorkerTable)
         try:
             table.move_cursor(row=table.get_row_index(worker_id))
-        except KeyError:
+        except RowDoesNotExist:  # not a KeyError: ``:worker nope`` once took the app down with it
             return False
         return True

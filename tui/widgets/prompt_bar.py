@@ -11,8 +11,9 @@ get the same bar inside a ``PromptScreen``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -24,6 +25,13 @@ from textual.widgets import Input, Label
 __all__ = ["PromptBar"]
 
 Check = Callable[[str], "str | None"]
+
+
+@runtime_checkable
+class Candidates(Protocol):
+    """A suggester that can also list every candidate (``IdSuggester``)."""
+
+    def candidates(self, value: str, limit: int = ..., *, task_keys: bool = True) -> list[str]: ...
 
 
 class PromptBar(Vertical):
@@ -38,6 +46,7 @@ class PromptBar(Vertical):
     PromptBar Input, PromptBar Input:focus { border: none; height: 1; padding: 0; background: $panel; }
     PromptBar .hint { color: $text-muted; height: 1; }
     PromptBar .error { color: $error; height: auto; }
+    PromptBar .candidates { color: $text-muted; height: auto; }
     """
 
     class Closed(Message):
@@ -52,6 +61,7 @@ class PromptBar(Vertical):
         super().__init__(id=id)
         self._hint = Label("", classes="hint")
         self._error = Label("", classes="error", id="prompt-error")
+        self._candidates = Label("", classes="candidates", id="prompt-candidates")
         self._input = Input(id="prompt-input")
         self._input.can_focus = False  # while hidden: a screen's auto focus must not land in it
         self._check: Check | None = None
@@ -60,10 +70,15 @@ class PromptBar(Vertical):
 
     def compose(self) -> ComposeResult:
         yield self._hint
+        yield self._candidates
         yield self._error
         yield self._input
 
     # -- handlers ----------------------------------------------------------------------------------
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._show_candidates(task_keys=False)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         error = self._check(event.value) if self._check else None
@@ -90,6 +105,7 @@ class PromptBar(Vertical):
         self._check, self._then = check, then
         self._hint.update(hint)
         self._error.update("")
+        self._candidates.update("")
         field = self._input
         field.placeholder, field.suggester = prompt, suggester
         field.value = value
@@ -116,7 +132,22 @@ class PromptBar(Vertical):
             then(value)
 
     def complete(self) -> None:
-        """Take the suggested completion (tab), as the right arrow does at the end of the line."""
+        """Take the suggested completion (tab), as the right arrow does at the end of the line;
+        with none to take, list what could follow (on an empty line: every verb)."""
         field = self._input
+        before = field.value
         field.cursor_position = len(field.value)
         field.action_cursor_right()
+        if field.value == before:
+            self._show_candidates(task_keys=True)
+
+    @property
+    def candidates_shown(self) -> str:
+        """The candidate line as shown (empty: none)."""
+        return str(self._candidates.render())
+
+    def _show_candidates(self, *, task_keys: bool) -> None:
+        suggester = self._input.suggester
+        found = suggester.candidates(self._input.value, task_keys=task_keys) if isinstance(
+            suggester, Candidates) else []
+        self._candidates.update(Text("tab: " + " · ".join(found)) if found else "")  # Text: [KEY…] is no markup

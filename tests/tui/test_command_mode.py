@@ -1,0 +1,207 @@
+"""Command mode (``:``) and the keys around it, over a real engine: every verb answers, nothing
+typed takes the control room down, and the run stops only when the user stops it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input
+from textual.widgets._footer import FooterKey
+from wd_tui import burst, commands, engine_app, slow_spec, until
+
+from warpdeck.engine.api import ControlSettings, Pause, parse_spec
+from warpdeck.tui.app import WarpdeckApp
+from warpdeck.tui.screens.confirm import ConfirmScreen
+from warpdeck.tui.screens.detail import DetailScreen
+from warpdeck.tui.screens.workers import WorkersScreen
+from warpdeck.tui.widgets.key_footer import KeyFooter
+from warpdeck.tui.widgets.prompt_bar import PromptBar
+
+
+def notes(app: WarpdeckApp) -> list[str]:
+    """Every notification the app has shown, oldest first."""
+    return [n.message for n in app._notifications]
+
+
+def bar_error(app: WarpdeckApp) -> str:
+    return str(app.screen.query_one("#prompt-error").render())
+
+
+#: (what is typed after ':', what the answer says: in a notification, or in the prompt's error line).
+ANSWERS = [
+    ("worker nope", "no worker 'nope'"),
+    ("worker", "worker ID: takes one word"),
+    ("worker a b", "worker ID: takes one word"),
+    ("detail nosuch", "no task 'nosuch'"),
+    ("detail", "detail KEY: takes one task key"),
+    ("cancel syn-99999999", "no task 'syn-99999999'"),
+    ("cancel", "cancel KEY…: needs at least one task key"),
+    ("depth abc", "depth N: takes one whole number"),
+    ("depth ²", "depth N: takes one whole number"),
+    ("depth 1", "depth 1: it must be 2..64"),
+    ("depth 99999999999999999999999", "it must be 2..64"),
+    ("theme nope", "no theme 'nope'"),
+    ("screen nope", "no screen 'nope'"),
+    ("filter key:(", "not a regular expression"),
+    ("frobnicate", "unknown command 'frobnicate'"),
+    ("pause now", "pause takes no arguments"),
+    ("", "type a command"),
+    ("quarantine nope", "no worker 'nope'"),
+    ("release nope", "no worker 'nope'"),
+]
+
+
+async def test_every_verb_answers_and_the_run_goes_on(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        bar = app.screen.query_one(PromptBar)
+        for typed, answer in ANSWERS:
+            seen = len(notes(app))
+            burst(app, f":{typed}\r")
+            await until(pilot, lambda answer=answer, seen=seen: any(answer in n for n in notes(app)[seen:])
+                        or (bar.is_open and answer in bar_error(app)))
+            if bar.is_open:
+                burst(app, "\x1b")
+                await until(pilot, lambda: not bar.is_open)
+            assert app.is_running and not app.snapshot.finished, typed
+            assert app.errors == 0, (typed, notes(app))
+        assert app.current_mode == "board"
+
+
+async def test_an_action_that_fails_is_shown_logged_and_the_app_goes_on(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: WorkersScreen) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(WorkersScreen, "action_sort", broken)  # a fault no real key can cause today
+    async with engine_app(tmp_path, log_path=tmp_path / "room.log") as (app, pilot, link):
+        burst(app, "2s")
+        await until(pilot, lambda: app.errors == 1)
+        assert any("RuntimeError: injected" in n and str(tmp_path / "room.log") in n for n in notes(app))
+        assert "RuntimeError: injected" in (tmp_path / "room.log").read_text()
+        burst(app, "1p")  # still answering keys, and the engine still takes commands
+        await until(pilot, lambda: commands(link) == [Pause()])
+        assert app.is_running
+
+
+def test_a_control_room_that_fails_leaves_the_run_going_headless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    from warpdeck.cli.control_room import run_control_room
+
+    arrived = threading.Event()
+
+    def broken(self: WarpdeckApp, message: object) -> None:
+        arrived.set()
+        raise RuntimeError("the app broke")
+
+    monkeypatch.setattr(WarpdeckApp, "on_snapshot_arrived", broken)
+    spec = parse_spec({
+        "name": "survivor", "batch_size": 8,
+        "source": {"kind": "synthetic", "count": 400, "shape": [64], "dtype": "float32"},
+        "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:slow_double"}],
+    }, "<test>")
+    report = run_control_room(spec, tmp_path / "run", control=ControlSettings(), headless=True)
+    assert arrived.is_set()
+    assert report is not None and report.status == "finished" and report.counts.done == 400
+    err = capfd.readouterr().err
+    assert "the run goes on headless" in err
+    assert "warpdeck attach mqtt://127.0.0.1:" in err and "--pipeline survivor" in err
+    assert "the app broke" in (tmp_path / "run" / "control-room.log").read_text()
+
+
+async def test_undo_is_a_stack_worded_as_what_it_restored(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        depth = app.snapshot.lanes[0].depth
+        burst(app, "++")
+        await until(pilot, lambda: app.snapshot.lanes[0].depth == depth + 2)
+        burst(app, "u")
+        await until(pilot, lambda: app.snapshot.lanes[0].depth == depth + 1)
+        assert any(n.startswith(f"undone: depth back to {depth + 1}") for n in notes(app))
+        burst(app, "u")
+        await until(pilot, lambda: app.snapshot.lanes[0].depth == depth)
+        assert any(n == f"undone: depth back to {depth}" for n in notes(app))
+
+
+async def test_while_paused_the_footer_offers_resume(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        footer = app.screen.query_one(KeyFooter)
+
+        def offered() -> set[str]:
+            return {b.description for _, b, enabled, _ in app.screen.active_bindings.values() if b.show and enabled}
+
+        assert "pause" in offered() and "resume" not in offered()
+        burst(app, "p")
+        await until(pilot, lambda: app.snapshot.feeder.state == "paused" and "resume" in offered())
+        assert "pause" not in offered()
+        await until(pilot, lambda: "resume" in {k.description for k in footer.query(FooterKey)})
+        burst(app, "p")
+        await until(pilot, lambda: app.snapshot.feeder.state != "paused" and "pause" in offered())
+
+
+@pytest.mark.parametrize("key", ["ctrl+q", "ctrl+c", "q"])
+async def test_every_way_out_asks_while_work_runs(tmp_path: Path, key: str) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        await pilot.press(key)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "Quit and stop the pipeline?" in app.screen.question
+        assert "keeps no journal" not in app.screen.question  # engine_app's run has a run directory
+        await pilot.press("n")
+        assert app.is_running and not app.snapshot.finished
+
+
+async def test_a_prompt_open_keeps_the_destructive_keys_shut(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        burst(app, ":")
+        bar = app.screen.query_one(PromptBar)
+        await until(pilot, lambda: bar.is_open)
+        for action in ("drain", "cancel_task", "cancel_all", "quit_app"):
+            await app.run_action(action)  # as a binding or the palette would
+        assert not isinstance(app.screen, ConfirmScreen) and commands(link) == []
+
+
+async def test_the_last_worker_is_quarantined_only_after_asking(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        wid = app.snapshot.workers[0].id
+        burst(app, f":quarantine {wid}\r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "last worker" in app.screen.question and commands(link) == []
+        await pilot.press("y")
+        await until(pilot, lambda: any("cannot progress" in n for n in notes(app)))
+        await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
+
+
+async def test_tab_lists_the_verbs_and_the_candidates(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        burst(app, ":\t")
+        bar = app.screen.query_one(PromptBar)
+        await until(pilot, lambda: "cancel KEY…" in bar.candidates_shown)
+        assert "depth N" in bar.candidates_shown and "quit" in bar.candidates_shown
+        burst(app, "re")
+        await until(pilot, lambda: "pause" not in bar.candidates_shown)
+        assert bar.candidates_shown == "tab: resume · retry · requeue · release"
+
+
+async def test_detail_of_a_finished_task_and_of_an_unknown_one(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        burst(app, ":detail syn-00000000\r")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        burst(app, "\x1b:detail syn-x\r")
+        await until(pilot, lambda: any("no task 'syn-x'" in n for n in notes(app)))
+
+
+def test_only_warpdecks_themes_are_offered(tmp_path: Path) -> None:
+    from warpdeck.themes import BUILTIN_THEMES
+    from warpdeck.tui.link import StreamLink
+
+    app = WarpdeckApp(StreamLink([]))
+    assert set(BUILTIN_THEMES) <= set(app.available_themes) == set(app.theme_names)
+    assert "textual-dark" not in app.available_themes
+
+
+async def test_a_prompt_holds_exactly_what_was_typed(tmp_path: Path) -> None:
+    async with engine_app(tmp_path, slow_spec(count=5000)) as (app, pilot, _link):
+        typed = "cancel syn-0000 q X d ? 1 2 3 : / f t"
+        burst(app, ":" + typed)
+        field = app.screen.query_one(PromptBar).query_one(Input)
+        await until(pilot, lambda: field.value == typed)

@@ -1,0 +1,101 @@
+"""Command mode's dispatch: one parsed ``:`` line becomes an action, and every verb answers.
+
+The decision this module protects: whatever is typed after ``:``, the user gets a sentence back,
+and nothing typed there can take the control room down. A verb without arguments runs the very
+action its key runs (``VERBS[...].action``); the others are handled here, each saying what it did,
+or why not (``no task 'X'``, ``no worker 'X'``, a number out of range).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from warpdeck.engine.api import RetryFailed
+from warpdeck.tui.actions import PipelineActions
+from warpdeck.tui.command_line import SCREENS, VERBS, Parsed
+from warpdeck.tui.filtering import FilterError, TaskFilter
+from warpdeck.tui.screens.detail import DetailScreen
+
+if TYPE_CHECKING:
+    from warpdeck.tui.screens.workers import WorkersScreen
+
+__all__ = ["CommandMode"]
+
+
+class CommandMode(PipelineActions):
+    """Mixed into the app: ``run_command`` carries out one parsed command line."""
+
+    # The app's:
+    theme_names: list[str]
+    set_filter: Callable[[str | None], None]
+    action_screen: Callable[[str], None]
+
+    async def run_command(self, cmd: Parsed) -> None:
+        """Carry out one parsed command-mode line."""
+        verb = VERBS[cmd.verb]
+        if verb.action is not None:
+            await self.run_action(verb.action)
+            return
+        arg = cmd.args[0] if cmd.args else ""
+        match cmd.verb:
+            case "cancel":
+                await self.cancel_tasks(cmd.args)
+            case "retry":
+                await self.send(RetryFailed(keys=cmd.args))
+            case "depth":
+                await self.set_depth(int(arg))
+            case "detail":
+                await self.open_detail(arg)
+            case "filter":
+                self._command_filter(arg)
+            case "screen":
+                self._command_screen(arg)
+            case "theme":
+                self._command_theme(arg)
+            case "quarantine" | "release":
+                await self.quarantine(arg, release=cmd.verb == "release")
+            case "worker":
+                self._command_worker(arg)
+            case _:  # pragma: no cover - every verb of VERBS is handled above
+                self.notify(f"{cmd.verb}: not handled", severity="error")
+
+    async def open_detail(self, key: str) -> None:
+        """The task's detail, or ``no task 'X'``."""
+        if await self.link.detail(key) is None:
+            self.notify(f"no task {key!r}", severity="warning")
+            return
+        self.push_screen(DetailScreen(key))
+
+    def _command_filter(self, text: str) -> None:
+        try:
+            TaskFilter(text)
+        except FilterError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.set_filter(text)
+        self.notify(f"filter /{text}/" if text else "filter cleared", timeout=2)
+
+    def _command_screen(self, name: str) -> None:
+        if name not in SCREENS:
+            self.notify(f"no screen {name!r}; screens: {', '.join(SCREENS)}", severity="warning")
+        else:
+            self.action_screen(name)
+
+    def _command_theme(self, name: str) -> None:
+        if name not in self.theme_names:
+            self.notify(f"no theme {name!r}; themes: {', '.join(self.theme_names)}", severity="warning")
+        else:
+            self.theme = name
+            self.notify(f"theme {name}", timeout=2)
+
+    def _command_worker(self, worker: str) -> None:
+        snap = self.snapshot
+        known = [w.id for w in snap.workers] if snap is not None else []
+        if worker not in known:
+            self.notify(f"no worker {worker!r}" + (f"; workers: {', '.join(known)}" if known else ""),
+                        severity="warning")
+            return
+        self.action_screen("workers")
+        screen: WorkersScreen = self.screen  # type: ignore[assignment]
+        screen.highlight(worker)
