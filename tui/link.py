@@ -54,6 +54,8 @@ class Link(Protocol):
     #: True when quitting the app stops the engine (it runs in this process); False when the app
     #: only watches (attached to an engine elsewhere, or a replay).
     owns_engine: bool
+    #: True when the engine keeps a journal, so a stopped run resumes where it stopped.
+    journaled: bool
 
     def start(self, post: Post) -> None:
         """Begin delivering messages through ``post`` (thread-safe)."""
@@ -71,6 +73,7 @@ class Link(Protocol):
 @dataclass
 class _Refusals:
     readonly: bool = False
+    journaled: bool = False
     sent: list[SentCommand] = field(default_factory=list)
 
     def refuse(self, cmd: Command) -> CommandResult | None:
@@ -103,6 +106,8 @@ class EngineLink(_Refusals):
         self._thread: threading.Thread | None = None
         self.report: RunReport | None = None
         self.error = ""
+        journal = engine_options.get("journal")
+        self.journaled = run_dir is not None if journal is None else bool(journal)  # as the engine decides
 
     def open(self) -> None:
         """Start the engine on its own thread and wait until it runs; re-raises what stopped it
@@ -177,6 +182,18 @@ class EngineLink(_Refusals):
         if self._engine is None or self._loop is None or self._loop.is_closed():
             return None
         return await self._call(lambda e: e.task_detail(key))
+
+    @property
+    def latest(self) -> EngineSnapshot | None:
+        """The engine's newest snapshot, whether or not the app has seen it."""
+        return self._engine.publisher.latest if self._engine is not None else None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the engine's run is over (at most ``timeout`` s); True if it is."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def stop(self) -> None:
         loop, main = self._loop, self._main
