@@ -41,17 +41,24 @@ async def until(pilot: Pilot[Any], cond: Callable[[], object], limit_s: float = 
 
 
 @contextlib.asynccontextmanager
-async def engine_app(tmp_path: Path, spec: PipelineSpec | None = None,
+async def engine_app(tmp_path: Path, spec: PipelineSpec | None = None, *, size: tuple[int, int] = SIZE,
                      **app_kw: Any) -> AsyncIterator[tuple[WarpdeckApp, Pilot[Any], EngineLink]]:
     """The control room over a real, running engine; waits for the first snapshot."""
     link = EngineLink(spec or slow_spec(), tmp_path / "run")
     app = WarpdeckApp(link, screenshot_dir=tmp_path, **app_kw)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.counts.done > 0)
         yield app, pilot, link
 
 
 _CONTROL_KEYS = {"\r": "enter", "\n": "enter", "\x1b": "escape", "\t": "tab", "\x7f": "backspace"}
+
+
+async def settled(pilot: Pilot[Any], limit_s: float = 10.0) -> None:
+    """Until every key posted so far has been routed and handled (the app's key gate is empty)."""
+    app = pilot.app
+    await until(pilot, lambda: app.keygate.held == 0 and not app.keygate.busy, limit_s)  # type: ignore[attr-defined]
+    await pilot.pause()
 
 
 def key_event(char: str) -> events.Key:
