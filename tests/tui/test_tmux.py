@@ -121,3 +121,34 @@ def test_demo_driven_from_the_keyboard(tmp_path: Path) -> None:
         assert "demo-spectrogram: stopped" in final
     finally:
         pane.close()
+
+
+def test_a_command_typed_in_one_burst_at_120x40(tmp_path: Path) -> None:
+    """Issue 13's walk: `:depth 5⏎` sent in one go sets the depth and drains nothing; `:worker nope`
+    answers; the board shows ids whole or shortened with an ellipsis, never cut."""
+    warpdeck = Path(sys.executable).parent / "warpdeck"
+    Pane.WIDTH, Pane.HEIGHT = 120, 40
+    try:
+        pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {tmp_path / 'run'}; echo EXIT=$?; sleep 30", tmp_path)
+    finally:
+        Pane.WIDTH, Pane.HEIGHT = 150, 42
+    try:
+        pane.wait_for("● running")
+        pane.wait_for("compute")
+        pane.keys(":depth 5", "Enter")  # one send-keys: the keys arrive in one burst
+        pane.wait_for("prefetch depth 5")
+        assert "Drain" not in pane.text()
+        pane.keys(":worker nope", "Enter")
+        pane.wait_for("no worker 'nope'")
+        screen = pane.text()
+        assert "● running" in screen and "drained" not in screen
+        ids = re.findall(r"syn-[0-9…]+", screen)
+        assert ids, screen
+        for key in ids:  # whole (syn- and 8 digits) or shortened in the middle, keeping the tail
+            assert re.fullmatch(r"syn-\d{8}|syn-\d*…\d+", key), (key, screen)
+        pane.keys("q")
+        pane.wait_for("Work is still running")
+        pane.keys("y")
+        pane.wait_for("EXIT=")
+    finally:
+        pane.close()

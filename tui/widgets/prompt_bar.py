@@ -77,7 +77,8 @@ class PromptBar(Vertical):
     # -- handlers ----------------------------------------------------------------------------------
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
-        self._show_candidates(task_keys=False)
+        if event.value or self.candidates_shown:  # an empty line lists the verbs on tab only
+            self._show_candidates(task_keys=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -148,6 +149,7 @@ class PromptBar(Vertical):
 
     def _show_candidates(self, *, task_keys: bool) -> None:
         suggester = self._input.suggester
-        found = suggester.candidates(self._input.value, task_keys=task_keys) if isinstance(
-            suggester, Candidates) else []
+        value = self._input.value
+        found = suggester.candidates(value, task_keys=task_keys) if isinstance(suggester, Candidates) and (
+            value or task_keys) else []
         self._candidates.update(Text("tab: " + " · ".join(found)) if found else "")  # Text: [KEY…] is no markup
