@@ -3,6 +3,10 @@
 The decision this module protects: each task stands in exactly one column (a stalled task in
 *stalled*, whatever its state), so the column counts add up to the tasks known, and the lists are
 index arrays into the snapshot's columns, never Python objects per task.
+
+The compact layout (``COMPACT_COLUMNS``, for terminals too narrow for eight readable columns)
+keeps that rule: its *running* column is the five phase columns joined, in board order, so a
+task still stands in one column of either layout.
 """
 
 from __future__ import annotations
@@ -15,12 +19,18 @@ import numpy.typing as npt
 
 from warpdeck.engine.api import EngineSnapshot, Phase, State
 
-__all__ = ["COLUMNS", "BoardRows", "board_rows"]
+__all__ = ["COLUMNS", "COMPACT_COLUMNS", "PHASE_COLUMNS", "BoardRows", "board_rows"]
 
 #: Column ids in board order, with their titles.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("queued", "queued"), ("fill", "fill"), ("h2d", "h2d"), ("compute", "compute"), ("d2h", "d2h"),
     ("sink", "sink"), ("stalled", "stalled"), ("finished", "done"),
+)
+#: The running phases' columns, in board order.
+PHASE_COLUMNS: tuple[str, ...] = ("fill", "h2d", "compute", "d2h", "sink")
+#: The compact layout: the phase columns joined into *running* (each row's glyph still says its phase).
+COMPACT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("queued", "queued"), ("running", "running"), ("stalled", "stalled"), ("finished", "done"),
 )
 _STALLED = 6
 #: Finished tasks by rank: failed first (they want attention), then cancelled, then done.
@@ -79,6 +89,14 @@ class BoardRows:
     totals: dict[str, int]
     failed: int
     cancelled: int
+
+    def column(self, cid: str) -> tuple[npt.NDArray[np.int64], int]:
+        """A column's rows and unfiltered count, for either layout's columns: *running* is the
+        phase columns' rows one after the other (a few lanes' batches, so joining them is cheap)."""
+        if cid != "running":
+            return self.rows[cid], self.totals[cid]
+        return (np.concatenate([self.rows[p] for p in PHASE_COLUMNS]),
+                sum(self.totals[p] for p in PHASE_COLUMNS))
 
 
 def board_rows(snap: EngineSnapshot, mask: npt.NDArray[np.bool_] | None = None) -> BoardRows:

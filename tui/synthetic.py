@@ -67,19 +67,22 @@ def _frozen(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
 
 class SyntheticRun:
     """A run of ``tasks`` synthetic tasks, ``transitions_per_s`` state changes a second over
-    ``lanes`` lanes; ``snapshot_at(t)`` is the engine as of ``t`` seconds in."""
+    ``lanes`` lanes; ``snapshot_at(t)`` is the engine as of ``t`` seconds in. Keys are ``prefix``
+    and the task's number in ``digits`` digits (``img-0000123``)."""
 
     T0 = 1000.0
     """The synthetic engine's start on the (fake) perf_counter clock the timeline uses."""
 
     def __init__(self, tasks: int, lanes: int = 2, *, seed: int = 0, transitions_per_s: float = 10_000,
-                 stalled_every: int = 499, failed_every: int = 997, batch: int = 64, depth: int = 3) -> None:
+                 stalled_every: int = 499, failed_every: int = 997, batch: int = 64, depth: int = 3,
+                 prefix: str = "img-", digits: int = 7) -> None:
         self.n, self.lanes, self.batch, self.depth = tasks, lanes, batch, depth
         self._lost = 1 / stalled_every + 1 / failed_every
         self.block = lanes * batch
         self.period = _STEPS * self.block / transitions_per_s
         rng = np.random.default_rng(seed)
-        self.keys = [f"img-{i:07d}" for i in range(tasks)]
+        self.prefix = prefix
+        self.keys = [f"{prefix}{i:0{digits}d}" for i in range(tasks)]
         self._stall_rows = np.arange(int(rng.integers(stalled_every)), tasks, stalled_every)
         self._stall_reason = (np.arange(len(self._stall_rows)) % 5 + 1).astype(np.int8)
         failed = np.arange(int(rng.integers(failed_every)), tasks, failed_every)
@@ -276,7 +279,7 @@ class SyntheticRun:
     # -- detail ------------------------------------------------------------------------------------
     def detail(self, key: str, t: float) -> TaskDetail:
         """What the detail screen shows for ``key`` as of ``t`` (the same state as ``snapshot_at``)."""
-        r = int(key.removeprefix("img-"))
+        r = int(key.removeprefix(self.prefix))
         d = self._done_end(t)
         row = np.array([r])
         stage = int(self._stage(row, d)[0])

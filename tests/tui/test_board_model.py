@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pytest
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
-from warpdeck.tui.board_model import COLUMNS, board_rows
+from warpdeck.tui.board_model import COLUMNS, COMPACT_COLUMNS, PHASE_COLUMNS, board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.synthetic import SyntheticRun
 
@@ -79,3 +79,12 @@ def test_tables_of_different_sizes_in_turn() -> None:
     small, big = SNAPSHOTS[0], _random_snapshot(9, n=7000)
     for snap in (small, big, small):
         assert {cid: r.tolist() for cid, r in board_rows(snap).rows.items()} == _expected(snap, None)[0]
+
+
+@pytest.mark.parametrize("snap", SNAPSHOTS, ids=lambda s: f"seq{s.seq}-{len(s.tasks)}")
+def test_the_compact_layout_puts_each_task_in_one_column_too(snap: EngineSnapshot) -> None:
+    board = board_rows(snap)
+    running, total = board.column("running")
+    assert running.tolist() == [r for p in PHASE_COLUMNS for r in board.rows[p].tolist()]
+    assert total == sum(board.totals[p] for p in PHASE_COLUMNS)
+    assert sum(board.column(cid)[1] for cid, _ in COMPACT_COLUMNS) == sum(board.totals.values())

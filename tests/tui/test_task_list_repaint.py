@@ -128,5 +128,6 @@ def test_the_board_spreads_a_snapshot_over_frames_and_shows_all_of_it() -> None:
             assert board.shown_seq == 2
             expected = board_rows(second)
             for column in board.query(BoardColumn):
-                assert column.list.count == len(expected.rows[column.column]), column.column
+                if column.display:  # (the compact layout's running column is hidden at this width)
+                    assert column.list.count == len(expected.column(column.column)[0]), column.column
     asyncio.run(main())

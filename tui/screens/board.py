@@ -11,6 +11,13 @@ The two bars get a frame each because Textual repaints the box around everything
 the top and one at the bottom in one frame make it the whole screen. A newer snapshot replaces
 the one being spread (latest wins) and the parts it had not reached yet go first, so none is
 starved. The first snapshot the board shows is painted whole.
+
+A second decision: an id is never cut into another id. Where eight columns would leave under
+``COMPACT_CELLS`` cells each (80x24), the board shows four: queued, running (the five phases
+joined; each row's glyph still says its phase), stalled and done/failed. Both layouts are composed
+once and the board switches between them on resize by hiding columns, so the columns that both
+layouts share keep their cursor and scroll; a hidden column is not painted. The column with the
+keyboard hands it, and its task, to the column of the other layout that holds that task.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from textual.reactive import Reactive
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
-from warpdeck.tui.board_model import COLUMNS, BoardRows, board_rows
+from warpdeck.tui.board_model import COLUMNS, COMPACT_COLUMNS, PHASE_COLUMNS, BoardRows, board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.detail import DetailScreen
@@ -42,7 +49,8 @@ __all__ = ["BoardScreen"]
 
 
 class BoardScreen(MainScreen):
-    """Columns queued · fill · h2d · compute · d2h · sink · stalled · done/failed."""
+    """Columns queued · fill · h2d · compute · d2h · sink · stalled · done/failed (on a narrow
+    terminal: queued · running · stalled · done/failed)."""
 
     BINDINGS: ClassVar = bindings("board")
 
@@ -54,6 +62,9 @@ class BoardScreen(MainScreen):
     """Changed task-list lines one frame may repaint for a snapshot (a board column is ~44 high).
     A key waits for the frame being painted and shares the next one with a part: at 100 lines
     that was two 10-20 ms frames; at 50 the board still shows nearly every snapshot whole."""
+
+    COMPACT_CELLS: ClassVar[int] = 12
+    """Below this many cells a column (a task's glyph, its id, a scrollbar), the board goes compact."""
 
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     """Textual's, less its repaint of the whole screen on every focus change (``h``/``l``): the
@@ -72,12 +83,17 @@ class BoardScreen(MainScreen):
         """The app's key count when the last part was handed out."""
         self.shown_seq = -1
         """The snapshot every column shows (-1: none yet, or one is still being spread)."""
+        self.compact = False
+        """Showing the compact layout (``COMPACT_COLUMNS``)."""
 
     def compose(self) -> ComposeResult:
         yield StatusBar("board")
         with Horizontal(id="columns"):
-            for cid, title in COLUMNS:
-                yield BoardColumn(cid, title)
+            # Board order in both layouts: the running column stands where the phases do.
+            for cid, title in (COLUMNS[0], COMPACT_COLUMNS[1], *COLUMNS[1:]):
+                column = BoardColumn(cid, title)
+                column.display = cid in dict(COLUMNS)
+                yield column
         yield FiguresStrip()
         yield KeyFooter()
         yield PromptBar()
@@ -85,12 +101,18 @@ class BoardScreen(MainScreen):
     def on_mount(self) -> None:
         self._status, self._figures = self.query_one(StatusBar), self.query_one(FiguresStrip)
         self._status.paced = self._figures.paced = True
+        self._lay_out(self.app.size.width)
         self.watch(self.app, "snapshot", self._changed)
         self.watch(self.app, "task_filter", self._new_filter, init=True)
         self.query_one("#list-queued", TaskList).focus()
 
     def on_screen_resume(self) -> None:
+        self._lay_out(self.app.size.width)  # the terminal may have been resized while away
         self._changed(getattr(self.app, "snapshot", None))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._lay_out(event.size.width):
+            self._changed(getattr(self.app, "snapshot", None))
 
     def _new_filter(self, task_filter: TaskFilter) -> None:
         self._filter = task_filter
@@ -104,7 +126,7 @@ class BoardScreen(MainScreen):
         if self._seen != (snap.seq, self._filter.text):
             self._seen = (snap.seq, self._filter.text)
             self._snap, self._board = snap, board_rows(snap, self._filter.mask(snap.tasks))
-            columns = list(self.query(BoardColumn))
+            columns = self._columns()
             columns.sort(key=lambda c: not c.active)  # stable: the current column, then board order
             parts: list[BoardColumn | StatusBar | FiguresStrip] = [self._status, *columns, self._figures]
             self._todo = self._todo + [p for p in parts if p not in self._todo]
@@ -159,12 +181,47 @@ class BoardScreen(MainScreen):
                 budget = 0
                 continue
             self._todo.pop(0)
-            extra = ""
-            if part.column == "finished" and (board.failed or board.cancelled):
-                extra = f" ✗{board.failed:,}" + (f" ⊘{board.cancelled:,}" if board.cancelled else "")
-            budget -= part.show(snap, board.rows[part.column], board.totals[part.column], extra)
+            rows, total = board.column(part.column)
+            if part.column == "finished":
+                budget -= part.show(snap, rows, total, board.failed, board.cancelled)
+            else:
+                budget -= part.show(snap, rows, total)
         if not self._todo:
             self.shown_seq = snap.seq
+
+    def _columns(self) -> list[BoardColumn]:
+        """The columns of the layout shown, in board order."""
+        ids = dict(COMPACT_COLUMNS if self.compact else COLUMNS)
+        return [c for c in self.query(BoardColumn) if c.column in ids]
+
+    def _lay_out(self, width: int) -> bool:
+        """Show the layout that suits ``width``; True if that changed it. The column with the
+        keyboard, if hidden, hands it to the one now showing its task, cursor on that task."""
+        compact = 0 < width < self.COMPACT_CELLS * len(COLUMNS)
+        if compact == self.compact:
+            return False
+        self.compact = compact
+        shown = self._columns()
+        for column in self.query(BoardColumn):
+            column.display = column in shown
+        focused = self.focused
+        if isinstance(focused, TaskList) and focused.parent not in shown:
+            row = focused.current_row
+            target = self._column_for(row).list
+            self.set_focus(target, scroll_visible=False)
+            self.call_after_refresh(lambda: row is None or target.select_row(row))
+        # The columns now shown were not painted while hidden: the next snapshot is shown whole.
+        self._seen, self._board = (-1, ""), None
+        self._todo = [p for p in self._todo if not isinstance(p, BoardColumn)]
+        return True
+
+    def _column_for(self, row: int | None) -> BoardColumn:
+        """The shown column that lists snapshot row ``row`` (a phase column's task: running, or
+        the column of its phase), else the first running column."""
+        cid = "running" if self.compact else PHASE_COLUMNS[0]
+        if not self.compact and row is not None and self._board is not None:
+            cid = next((p for p in PHASE_COLUMNS if row in self._board.rows[p]), cid)
+        return self.query_one(f"#col-{cid}", BoardColumn)
 
     def focused_key(self) -> str | None:
         """The highlighted task of the focused column."""
@@ -182,7 +239,7 @@ class BoardScreen(MainScreen):
         self.app.push_screen(DetailScreen(event.key))
 
     def action_column(self, step: int) -> None:
-        lists = list(self.query(TaskList))
+        lists = [column.list for column in self._columns()]
         focused = self.focused
         i = lists.index(focused) if isinstance(focused, TaskList) and focused in lists else 0
         self.set_focus(lists[(i + step) % len(lists)])  # not ``focus()``: it repaints the whole list

@@ -10,6 +10,10 @@ compares what each visible line would show (the row and its state, phase, stall,
 cursor) with what was last painted there, and refreshes only the lines that differ. A list whose
 visible rows did not change costs nothing to repaint; a length change moves the scrollbar without a
 screen layout.
+
+A key wider than its row is shortened in the middle (``tui/fit.py``), never cut at the end: cut
+ids read as other ids. That is done while a row's strip is built, so per visible row, and the
+strip cache is keyed by the width it was built for.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -33,6 +38,7 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from warpdeck.engine.api import EngineSnapshot, Phase, StallReason, State
+from warpdeck.tui.fit import middle
 from warpdeck.tui.glyphs import PHASE_GLYPHS, STALL_BADGES, STATE_GLYPHS, Badge
 from warpdeck.tui.keymap import bindings
 
@@ -188,6 +194,18 @@ class TaskList(ScrollView, can_focus=True):
         return len(self._rows)
 
     @property
+    def current_row(self) -> int | None:
+        """The highlighted task's row in the snapshot, if any."""
+        return self._cursor_row if len(self._rows) else None
+
+    def select_row(self, row: int) -> bool:
+        """Move the cursor to snapshot row ``row``; False if the list does not show it."""
+        hit = np.flatnonzero(self._rows == row)
+        if len(hit):
+            self.cursor = int(hit[0])
+        return bool(len(hit))
+
+    @property
     def current_key(self) -> str | None:
         """The highlighted task's key, if any."""
         if self._snap is None or not len(self._rows):
@@ -210,7 +228,8 @@ class TaskList(ScrollView, can_focus=True):
         self._strips.clear()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        # The row's own width: ``size`` also spans the scrollbar, which would hide a key's tail.
+        width = self.scrollable_content_region.width
         index = self.scroll_offset.y + y
         if self._snap is None or index >= len(self._rows):
             return Strip.blank(width, self._base_style)
@@ -221,31 +240,33 @@ class TaskList(ScrollView, can_focus=True):
                      _age(age) if age is not None else "", width, index == self.cursor)
         strip = self._strips.get(cache_key)
         if strip is None:
-            strip = Strip(self._row_segments(row)).adjust_cell_length(width, self._base_style)
+            strip = Strip(self._row_segments(row, width)).adjust_cell_length(width, self._base_style)
             if index == self.cursor:
                 strip = strip.apply_style(self._style("task-list--cursor"))
             self._strips[cache_key] = strip
         return strip
 
-    def _row_segments(self, row: int) -> list[Segment]:
+    def _row_segments(self, row: int, width: int) -> list[Segment]:
+        """The row's badge, key and attempt in ``width`` cells: the key gives way to the badges,
+        shortened in the middle (``syn-…46720``) so its distinguishing tail stays on screen."""
         assert self._snap is not None
         view = self._snap.tasks
         state = _STATE_NAMES[int(view.state[row])]
         key = view.key(row)
         stall = int(view.stall[row])
-        out: list[Segment] = []
         if stall and state in ("queued", "running"):
             badge = STALL_BADGES[_STALL_NAMES[stall]]
             age = self._stall_age.get(key)
-            label = badge.glyph + (_age(age) if age is not None else "")
-            out.append(Segment(label + " ", self._badge_style(badge)))
+            label = badge.glyph + (_age(age) if age is not None else "") + " "
         else:
             badge = PHASE_GLYPHS[_PHASE_NAMES[int(view.phase[row])]] if state == "running" else STATE_GLYPHS[state]
-            out.append(Segment(badge.glyph + " ", self._badge_style(badge)))
-        out.append(Segment(key, self._base_style))
+            label = badge.glyph + " "
         attempt = int(view.attempt[row])
-        if attempt > 1:
-            out.append(Segment(f" ↻{attempt}", self._style("task-list--dim")))
+        retry = f" ↻{attempt}" if attempt > 1 else ""
+        out = [Segment(label, self._badge_style(badge)),
+               Segment(middle(key, width - cell_len(label) - cell_len(retry)), self._base_style)]
+        if retry:
+            out.append(Segment(retry, self._style("task-list--dim")))
         return out
 
     @property
