@@ -111,6 +111,37 @@ def test_command_prompt(snap_compare: Callable[..., bool], make_app: Callable[[]
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["colon", "d", "r"])
 
 
+# -- three terminal sizes, a million tasks with twelve-character ids: nothing cut ---------------------
+
+SIZES = [(80, 24), (120, 40), (200, 50)]
+
+
+def _big_run() -> SyntheticRun:
+    # 5,000 tasks/s over two lanes of 64: every column holds more rows than the screen, ids run to
+    # syn-00999999, and the counts need thousands separators (or abbreviations) to be read.
+    return SyntheticRun(1_000_000, seed=7, transitions_per_s=30_000, stalled_every=29, failed_every=41, batch=64,
+                        prefix="syn-", digits=8)
+
+
+@pytest.fixture
+def make_big_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], WarpdeckApp]]:
+    """The app over the million-task stream, with TZ and NO_COLOR pinned."""
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("NO_COLOR", "1")
+    time.tzset()
+    yield lambda: WarpdeckApp(StreamLink(list(_big_run().stream(DT, SNAPSHOTS))))
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", ["board", "workers", "timeline"])
+def test_sized(snap_compare: Callable[..., bool], make_big_app: Callable[[], WarpdeckApp], screen: str,
+               size: tuple[int, int]) -> None:
+    keys = {"board": [], "workers": ["2"], "timeline": ["3"]}[screen]
+    assert snap_compare(make_big_app(), terminal_size=size, run_before=_shown, press=keys)
+
+
 def test_stream_is_recorded() -> None:
     """The stream these pictures come from is the same on every run (else they would drift)."""
     a, b = _last(), _last()

@@ -7,6 +7,11 @@ slice), and a slice in which a phase did nothing is drawn as an idle dot, so gap
 While following, every snapshot moves every cell, so the whole timeline is redrawn ten times a
 second: its lines are built as strips (the Line API), straight from segments, once per snapshot,
 never through rich Text and its per-span layout.
+
+The timeline is where the figures strip sends the reader for the figures it has no room for
+(overlap and its bound, what more lanes could give, latency, lane-wait, divergence, how busy each
+phase is): so it shows all of them, and a header line too wide for the terminal drops whole
+figures, least important first, and ends in ``…``, never in half a figure.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.fit import Part, fit_parts
 
 __all__ = ["ZOOMS", "LaneTimeline", "coverage"]
 
@@ -30,7 +36,8 @@ PHASES = ("fill", "h2d", "compute", "d2h", "sink")
 ZOOMS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 _LEVELS = " ▁▂▃▄▅▆▇█"
 _GLYPHS = np.array(list("·" + _LEVELS[1:]))  # 0: idle, 1..8: busy eighths
-_LABEL = 10
+_LABEL = 15  # "  compute  86% ": the phase and how busy it was over the run
+_SEP = " · "
 
 
 def coverage(snap: EngineSnapshot, lanes: int, start: float, end: float, cells: int) -> npt.NDArray[np.float64]:
@@ -144,24 +151,53 @@ class LaneTimeline(Widget):
         cov = coverage(snap, len(snap.lanes), start, end, cells)
         f = snap.figures
         head, idle = self._style("lane-timeline--head"), self._style("lane-timeline--idle")
-        lines.append([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", head),
-                      Segment(f"  (bound {f.bound_tasks_s:,.0f} tasks/s, steady {f.steady_tasks_s:,.0f} tasks/s, "
-                              f"no overlap {f.serial_bound_tasks_s:,.0f})", base)])
+        lines.append(_fit([
+            ([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", head)], 0),
+            ([Segment(f"bound {f.bound_tasks_s:,.0f} tasks/s", base)], 1),
+            ([Segment(f"steady {f.steady_tasks_s:,.0f} tasks/s", base)], 2),
+            ([Segment(f"no overlap {f.serial_bound_tasks_s:,.0f} tasks/s", base)], 3)], width, base))
+        amdahl = ", ".join(f"{k.removeprefix('p=').replace('inf', '∞')} → ×{v:.2f}" for k, v in f.amdahl.items())
+        lines.append(_fit([
+            ([Segment(f"more lanes: at most {amdahl}" if f.batches else "more lanes: — (no batch done yet)",
+                      base)], 0),
+            ([Segment(f"latency p50 {_ms(f.latency_p50_s)} p99 {_ms(f.latency_p99_s)}", base)], 1),
+            ([Segment(f"lane-wait {sum(f.stall_s.values()):,.1f}s", base)], 2),
+            ([Segment(f"divergence {f.divergence} (most {f.max_divergence})", base)], 3)], width, base))
         mode = "following" if self._frozen_end is None else "frozen (f follows)"
         lines.append([Segment(f"window {self.window_s:g} s · {mode} · [ ] zoom", base)])
         lines.append([])
         for lane in snap.lanes:
             occ = f.occupancy.get(lane.id, {})
-            lines.append([Segment(f"lane {lane.id}", head),
-                          Segment(f"  depth {lane.depth} · {lane.status} · {lane.batches_done:,} batches · compute "
-                                  f"busy {occ.get('compute', 0.0) * 100:.0f}%", base)])
+            lines.append(_fit([([Segment(f"lane {lane.id}", head)], 0), ([Segment(lane.status, base)], 0),
+                               ([Segment(f"depth {lane.depth}", base)], 1),
+                               ([Segment(f"{lane.batches_done:,} batches", base)], 2)], width, base))
             for p, phase in enumerate(PHASES):
                 style = self._style(f"lane-timeline--{phase}")
                 row = cov[lane.id, p] if lane.id < len(cov) else np.zeros(cells)
-                lines.append([Segment(f"  {phase:<{_LABEL - 2}}", style), *_bar(row, style, idle)])
+                label = f"  {phase:<8}{occ.get(phase, 0.0) * 100:3.0f}% "
+                lines.append([Segment(label, style), *_bar(row, style, idle)])
         left = f"-{self.window_s:g}s"
         lines.append([Segment(" " * _LABEL + left + " " * max(1, cells - len(left) - 3) + "now", base)])
         return [Strip(line).adjust_cell_length(width, base) for line in lines]
+
+
+def _fit(parts: list[tuple[list[Segment], int]], width: int, base: Style) -> list[Segment]:
+    """One header line from ``(segments, rank)`` parts: those that fit ``width`` cells, in
+    order, `` · `` between them, and ``…`` if some did not."""
+    sized = [Part(segments, sum(seg.cell_length for seg in segments), rank) for segments, rank in parts]
+    kept, note = fit_parts(sized, width, len(_SEP))
+    out: list[Segment] = []
+    for i, part in enumerate(kept):
+        if i:
+            out.append(Segment(_SEP, base))
+        out.extend(part.item)
+    if note:
+        out.append(Segment(_SEP + note, base))
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}ms" if seconds < 10 else f"{seconds:,.1f}s"
 
 
 def _bar(row: npt.NDArray[np.float64], busy: Style, idle: Style) -> list[Segment]:

@@ -1,4 +1,12 @@
-"""The top line of every screen: pipeline, status, backend, progress, filter and screen tabs."""
+"""The top line of every screen: pipeline, status, backend, progress, filter and screen tabs.
+
+The decision this module protects: the line is always true and never cut mid-word. The status
+it names follows the run as it is now (paused, draining, stalled because every worker is
+quarantined, finished, drained), and failed and cancelled tasks are counted side by side. When
+the line is wider than the terminal it drops whole parts, least important first (the backend, the
+other screens' tabs, the elapsed time), marks the gap with ``…``, and abbreviates its counts
+before it drops the run's status or progress.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +15,37 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.fit import Part, count_forms, fit_parts
 
-__all__ = ["StatusBar"]
+__all__ = ["StatusBar", "run_state"]
 
 _SCREENS = (("board", "1 Board"), ("workers", "2 Workers"), ("timeline", "3 Timeline"))
+#: The stall note the engine gives the tasks it cannot start because every worker is quarantined.
+QUARANTINE_NOTE = "every worker quarantined"
+_GAP = "  "
+
+
+def run_state(snap: EngineSnapshot) -> tuple[str, str]:
+    """The run's state as a glyph and words: what it is doing now, not only what it was started as."""
+    if snap.finished or snap.status == "stopped":
+        glyph = {"finished": "✓", "drained": "✓", "cancelled": "⊘", "failed": "✗"}.get(snap.status, "■")
+        return glyph, snap.status
+    if snap.feeder.state == "paused":
+        return "⏸", "paused"
+    workers = snap.workers
+    if (workers and all(w.state == "quarantined" for w in workers)) or any(
+            s.note == QUARANTINE_NOTE for s in snap.stalled):
+        return "⚠", f"stalled: {QUARANTINE_NOTE}"
+    if snap.feeder.state == "draining":
+        return "⇣", "draining"
+    return ("●", "running") if snap.status == "running" else ("○", snap.status)
 
 
 class StatusBar(Widget):
     """Where the run stands, in one line."""
 
     DEFAULT_CSS = """
-    StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
+    StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; }
     """
 
     screen_name: reactive[str] = reactive("board")
@@ -41,30 +69,61 @@ class StatusBar(Widget):
             self.refresh()
 
     def render(self) -> Text:
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(" warpdeck ", "bold reverse")
+        width = self.size.width or 1_000
+        line = Text(no_wrap=True, overflow="crop")
+        for level in (0, 2, 3):  # exact counts, then ``70.5k/1.0M``, then ``70k/1M``
+            parts = self._parts(level)
+            kept, note = fit_parts(parts, width, note_gap=len(_GAP))
+            if all(p in kept for p in parts if p.rank <= 1):
+                break
+        tabs = parts[-len(_SCREENS):]
+        for part in kept:
+            if note and part in tabs:  # what was dropped, and where it is, before the tabs
+                line.append(note + _GAP, "italic")
+                note = ""
+            line.append_text(part.item)
+        if note:
+            line.append(note, "italic")
+        return line
+
+    def _parts(self, level: int) -> list[Part[Text]]:
+        """The line's parts in order, each with its rank (0 kept first) and its own trailing gap;
+        counts at ``level`` of ``count_forms``."""
+        parts: list[Part[Text]] = []
+
+        def add(text: str | Text, rank: int, style: str = "", where: str = "") -> None:
+            item = Text(text, style) if isinstance(text, str) else text
+            parts.append(Part(item, item.cell_len, rank, where))
+
+        def n(value: int) -> str:
+            forms = count_forms(value)
+            return forms[min(level, len(forms) - 1)]
+
+        add(" warpdeck ", 3, "bold reverse")
         snap = self._snap
         if snap is None:
-            line.append("  waiting for the engine…")
+            add("  waiting for the engine…", 0)
         else:
-            status = "paused" if snap.feeder.state == "paused" and not snap.finished else snap.status
-            mark = {"running": "●", "paused": "⏸", "finished": "✓", "drained": "✓"}.get(status, "■")
-            line.append(f" {snap.pipeline} ", "bold")
-            line.append(f"{mark} {status}  ", "bold" if status != "running" else "")
+            glyph, words = run_state(snap)
+            add(f" {snap.pipeline}{_GAP}", 2, "bold")
+            add(f"{glyph} {words}{_GAP}", 0, "bold" if words != "running" else "")
         text = getattr(self.app, "filter_text", "")
-        if text:  # before the figures: on a narrow terminal the end of the line is cut
-            line.append(f"filter /{text}/  ", "italic")
+        if text:
+            add(f"filter /{text}/{_GAP}", 1, "italic")
         if snap is not None:
             c = snap.counts
-            line.append(f"{snap.backend}·{snap.device}  ")
+            add(f"{snap.backend}·{snap.device}{_GAP}", 5)
             total = c.expected if c.expected is not None else c.total
-            line.append(f"{c.done:,}/{total:,} done  ")
+            add(f"{n(c.done)}/{n(total)} done{_GAP}", 0)
             if c.failed:
-                line.append(f"✗{c.failed:,} failed  ", "bold")
-            line.append(f"t {snap.t:,.1f}s  ")
+                add(f"✗{n(c.failed)} failed{_GAP}", 0, "bold")
+            if c.cancelled:
+                add(f"⊘{n(c.cancelled)} cancelled{_GAP}", 0, "bold")
+            add(f"t {snap.t:,.1f}s{_GAP}", 3)
         note = getattr(self.app, "readonly_note", "")
         if note:
-            line.append(f"{note}  ", "italic")
+            add(f"{note}{_GAP}", 1, "italic")
         for name, label in _SCREENS:
-            line.append(f" {label} ", "reverse bold" if name == self.screen_name else "")
-        return line
+            current = name == self.screen_name
+            add(Text(f" {label} ", "reverse bold" if current else ""), 1 if current else 4)
+        return parts  # the tabs last

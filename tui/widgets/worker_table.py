@@ -1,11 +1,20 @@
-"""The workers table: one row per worker, keyed by its id, updated in place and sortable."""
+"""The workers table: one row per worker, keyed by its id, updated in place and sortable.
+
+The decision this module protects: no cell is ever cut. Each column is as wide as its widest cell
+(a cell that grows widens its column), and when the columns are wider than the terminal the
+table leaves out whole columns, least important first, and ends in a ``…`` column, instead of
+running off the screen's edge mid-cell. The worker, its state and its counts go last.
+"""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual.widgets import DataTable
 
 from warpdeck.engine.api import EngineSnapshot, WorkerView
+from warpdeck.tui.fit import ELLIPSIS, Part, fit_parts
 from warpdeck.tui.glyphs import WORKER_GLYPHS
 
 __all__ = ["COLUMNS", "WorkerTable", "worker_cells"]
@@ -16,6 +25,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("progress", "batches"), ("util", "util"), ("mem", "memory"), ("done", "done"), ("failed", "failed"),
     ("host", "host · pid"), ("device", "device"),
 )
+#: Which columns stay when not all fit (0 stays longest).
+_RANK = {"id": 0, "state": 0, "done": 1, "failed": 1, "age": 2, "lanes": 2, "progress": 3, "phi": 3, "util": 4,
+         "mem": 4, "device": 5, "host": 6}
+_MORE = "more"  # the key of the ``…`` column that says columns were left out
 
 
 def worker_cells(w: WorkerView) -> dict[str, str]:
@@ -50,31 +63,72 @@ class WorkerTable(DataTable[Text | str]):
         super().__init__(id="workers-table", cursor_type="row", zebra_stripes=True)
         self.sort_column = "id"
         self._workers: dict[str, WorkerView] = {}
+        self._columns: tuple[str, ...] = ()
+        """The column keys the table has now (``_MORE`` last when some were left out)."""
 
     def on_mount(self) -> None:
-        for key, title in COLUMNS:
-            self.add_column(title, key=key)
+        self._set_columns(self._fitting({}))
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self._refit()
 
     def show(self, snap: EngineSnapshot) -> None:
         """Bring the rows in line with the snapshot's workers."""
         seen = {w.id: w for w in snap.workers}
+        if self._fitting(seen) != self._columns:
+            self._workers = seen
+            self._refit()
+            return
         for gone in set(self._workers) - set(seen):
             self.remove_row(gone)
         for wid, w in seen.items():
             cells = worker_cells(w)
             old = self._workers.get(wid)
             if old is None:
-                self.add_row(*(cells[k] for k, _ in COLUMNS), key=wid)
+                self.add_row(*(cells.get(k, "") for k in self._columns), key=wid)
             elif old != w:
                 before = worker_cells(old)
-                for k, _ in COLUMNS:
-                    if cells[k] != before[k]:
-                        self.update_cell(wid, k, cells[k])
+                for k in self._columns:
+                    if k != _MORE and cells[k] != before[k]:
+                        self.update_cell(wid, k, cells[k], update_width=True)  # a wider cell widens its column
         self._workers = seen
         self._sort()
 
+    def _fitting(self, workers: dict[str, WorkerView]) -> tuple[str, ...]:
+        """The columns that fit the table's width with these workers' cells, in table order."""
+        pad = 2 * self.cell_padding
+        rows = [worker_cells(w) for w in workers.values()]
+        parts = [Part(key, pad + max([cell_len(title), *(cell_len(r[key]) for r in rows)]), _RANK[key])
+                 for key, title in COLUMNS]
+        width = self.scrollable_content_region.width
+        if width <= 0:  # not laid out yet
+            return tuple(key for key, _ in COLUMNS)
+        kept, note = fit_parts(parts, width, note_gap=pad)
+        return tuple(p.item for p in kept) + ((_MORE,) if note else ())
+
+    def _refit(self) -> None:
+        columns = self._fitting(self._workers)
+        if columns != self._columns:
+            self._set_columns(columns)
+
+    def _set_columns(self, columns: tuple[str, ...]) -> None:
+        """Rebuild the table with these columns (a resize, or a cell too wide for the old ones: a
+        few rows, so rebuilding costs little), keeping the cursor on its worker."""
+        current = self.current_id
+        self.clear(columns=True)
+        self._columns = columns
+        titles = dict(COLUMNS)
+        for key in columns:
+            self.add_column(titles.get(key, ELLIPSIS), key=key)
+        for wid, w in self._workers.items():
+            cells = worker_cells(w)
+            self.add_row(*(cells.get(k, "") for k in columns), key=wid)
+        self._sort()
+        if current in self._workers:
+            self.move_cursor(row=self.get_row_index(current))
+
     def _sort(self) -> None:
-        if len(self._workers) > 1:
+        if len(self._workers) > 1 and "id" in self._columns:  # (a terminal too narrow for even the id: unsorted)
             order = sorted(self._workers.values(), key=lambda w: _sort_key(w, self.sort_column))
             rank = {w.id: i for i, w in enumerate(order)}
             self.sort("id", key=lambda wid: rank.get(str(wid), 0))
@@ -91,8 +145,10 @@ class WorkerTable(DataTable[Text | str]):
         return None if key is None else str(key)
 
     def cycle_sort(self) -> str:
-        """Sort by the next column; returns its title."""
-        keys = [k for k, _ in COLUMNS]
+        """Sort by the next column shown; returns its title."""
+        keys = [k for k, _ in COLUMNS if k in self._columns] or [k for k, _ in COLUMNS]
+        if self.sort_column not in keys:
+            keys.append(self.sort_column)
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
         self._sort()
         return dict(COLUMNS)[self.sort_column]
