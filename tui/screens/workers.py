@@ -53,6 +53,8 @@ class WorkersScreen(MainScreen):
     DEFAULT_CSS = """
     WorkersScreen WorkerTable { height: 1fr; }
     WorkersScreen .summary { height: 1; padding: 0 1; color: $text-muted; }
+    /* Wraps rather than being cut: on a narrow terminal it takes two or three lines. */
+    WorkersScreen #control-summary { height: auto; }
     """
 
     def __init__(self) -> None:
