@@ -142,6 +142,37 @@ def test_sized(snap_compare: Callable[..., bool], make_big_app: Callable[[], War
     assert snap_compare(make_big_app(), terminal_size=size, run_before=_shown, press=keys)
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_sized_help(snap_compare: Callable[..., bool], make_big_app: Callable[[], WarpdeckApp],
+                    size: tuple[int, int]) -> None:
+    assert snap_compare(make_big_app(), terminal_size=size, run_before=_shown, press=["question_mark"])
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_sized_detail(snap_compare: Callable[..., bool], monkeypatch: pytest.MonkeyPatch,
+                      size: tuple[int, int]) -> None:
+    """A failed task's detail (attempts, error, traceback) over the million-task board."""
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("NO_COLOR", "1")
+    time.tzset()
+    run = _big_run()
+    last = run.snapshot_at(SNAPSHOTS * DT)
+    key = last.failures[0].key
+    app = WarpdeckApp(StreamLink(list(run.stream(DT, SNAPSHOTS)), details={key: run.detail(key, last.t)}))
+
+    async def open_detail(pilot: Pilot[int]) -> None:
+        await _shown(pilot)
+        await app.open_detail(key)
+        await pilot.pause()
+        await pilot.pause()
+
+    try:
+        assert snap_compare(app, terminal_size=size, run_before=open_detail)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_stream_is_recorded() -> None:
     """The stream these pictures come from is the same on every run (else they would drift)."""
     a, b = _last(), _last()

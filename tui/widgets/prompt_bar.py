@@ -44,9 +44,10 @@ class PromptBar(Vertical):
     PromptBar { layer: prompt; dock: bottom; height: auto; background: $panel; padding: 0 1; visibility: hidden; }
     PromptBar.-open { visibility: visible; }
     PromptBar Input, PromptBar Input:focus { border: none; height: 1; padding: 0; background: $panel; }
-    PromptBar .hint { color: $text-muted; height: 1; }
-    PromptBar .error { color: $error; height: auto; }
-    PromptBar .candidates { color: $text-muted; height: auto; }
+    PromptBar Label { width: 1fr; height: auto; }  /* wrapped, never cut (a long hint at 80 columns) */
+    PromptBar .hint { color: $text-muted; }
+    PromptBar .error { color: $error; }
+    PromptBar .candidates { color: $text-muted; }
     """
 
     class Closed(Message):
@@ -62,6 +63,7 @@ class PromptBar(Vertical):
         self._hint = Label("", classes="hint")
         self._error = Label("", classes="error", id="prompt-error")
         self._candidates = Label("", classes="candidates", id="prompt-candidates")
+        self._candidates.display = False
         self._input = Input(id="prompt-input")
         self._input.can_focus = False  # while hidden: a screen's auto focus must not land in it
         self._check: Check | None = None
@@ -107,6 +109,7 @@ class PromptBar(Vertical):
         self._hint.update(hint)
         self._error.update("")
         self._candidates.update("")
+        self._candidates.display = False
         field = self._input
         field.placeholder, field.suggester = prompt, suggester
         field.value = value
@@ -153,3 +156,4 @@ class PromptBar(Vertical):
         found = suggester.candidates(value, task_keys=task_keys) if isinstance(suggester, Candidates) and (
             value or task_keys) else []
         self._candidates.update(Text("tab: " + " · ".join(found)) if found else "")  # Text: [KEY…] is no markup
+        self._candidates.display = bool(found)
