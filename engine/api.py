@@ -29,10 +29,10 @@ from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
-from warpdeck.engine.journal import RunDirError, SpecMismatch
+from warpdeck.engine.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
-from warpdeck.engine.report import RunReport
+from warpdeck.engine.report import EXIT_STATUS_HELP, ExitStatus, RunReport
 from warpdeck.engine.scheduler import Engine
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import (
@@ -54,6 +54,7 @@ from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
 
 __all__ = [
     "COMMAND_ADAPTER",
+    "EXIT_STATUS_HELP",
     "Backend",
     "BackendError",
     "BatchRecord",
@@ -67,9 +68,11 @@ __all__ = [
     "Drain",
     "Engine",
     "EngineSnapshot",
+    "ExitStatus",
     "FeederView",
     "Figures",
     "IterableSource",
+    "JournalError",
     "LaneView",
     "Pause",
     "Phase",

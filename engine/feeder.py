@@ -6,6 +6,8 @@ The decisions this module protects:
 - Backpressure from the sink: while lanes report their outputs blocked, the feeder refills only
   to the low watermark, so a slow sink does not pile admitted work up behind it.
 - Operator control (pause, drain) is state here; the dispatcher and lanes read it.
+- A task the operator cancelled before it was admitted (``withheld``) enters the table but never the
+  ready queue; the scheduler records it cancelled (``cancelled_on_admit``), so it never runs.
 - Prefetch depth is tuned the way tf.data's AUTOTUNE tunes buffers: grow a lane's slot ring while
   its bottleneck phase sits idle (jitter the ring could absorb) and the memory budget allows.
 """
@@ -65,6 +67,9 @@ class Feeder:
         #: Called with the new rows before they are queued (a resumed run restores attempts).
         self.prepare = prepare
         self.failed_on_admit: list[tuple[int, str]] = []
+        #: Keys cancelled before admission (the scheduler's, shared); each is taken out when admitted.
+        self.withheld: set[str] = set()
+        self.cancelled_on_admit: list[int] = []
 
     @property
     def state(self) -> FeederState:
@@ -115,7 +120,13 @@ class Feeder:
         rows = self.table.add([t.key for t in items], [t.batch_key.nbytes for t in items])
         if self.prepare is not None:
             self.prepare(rows, items)
+        withheld = self.withheld
         for row, item in zip(rows.tolist(), items, strict=True):
+            if withheld and item.key in withheld:
+                withheld.discard(item.key)
+                self.cancelled_on_admit.append(row)
+                self.handles[row] = item
+                continue
             if item.error:
                 self.failed_on_admit.append((row, item.error))
                 continue

@@ -16,10 +16,15 @@ The decisions this module protects:
   the last transactions, which a resume then redoes.
 - One engine per run directory at a time, enforced with ``flock`` (released by the kernel when
   the process dies, so a SIGKILL never leaves a stale lock).
+- An operator's cancel of a task not admitted yet is a row in ``cancels`` until the task is admitted
+  and recorded cancelled, so a crash before its admission does not forget it.
+- Attempts are numbered from 1 (schema 2); a schema-1 journal (numbered from 0) is renumbered once,
+  when it is opened.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -50,12 +55,13 @@ __all__ = [
     "RunDirError",
     "SpecIdentity",
     "SpecMismatch",
+    "read_task",
     "spec_identity",
 ]
 
 JOURNAL_NAME = "journal.sqlite"
 LOCK_NAME = "journal.lock"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 #: Fields that tune how a run goes but not what it produces; they may change between resumes.
 _TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor"}
@@ -71,6 +77,7 @@ CREATE TABLE IF NOT EXISTS history(
     key TEXT NOT NULL, attempt INTEGER NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
     traceback TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(key, attempt)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cancels(key TEXT PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -128,7 +135,8 @@ def spec_identity(spec: PipelineSpec) -> SpecIdentity:
 
 @dataclass(frozen=True, slots=True)
 class PriorTask:
-    """A task the journal knows and that is not done: what a resumed run starts it from."""
+    """A task as the journal knows it: what a resumed run starts a task that is not done from, and
+    what the detail of a task done in an earlier run shows."""
 
     key: str
     state: State
@@ -145,6 +153,8 @@ class ResumeState:
     resumed: bool
     done: frozenset[str]
     prior: Mapping[str, PriorTask]
+    #: Keys an operator cancelled before the feeder admitted them; cancelled when they are.
+    cancels: frozenset[str] = frozenset()
 
 
 _STOP = object()
@@ -192,6 +202,7 @@ class Journal:
                 made_by = SpecIdentity(meta.get("spec_name", "?"), meta.get("spec_digest", "?"))
                 if made_by != identity:
                     raise SpecMismatch(run_dir, made_by, identity)
+                _renumber_attempts(conn, meta.get("schema", SCHEMA_VERSION))
             else:
                 conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                     ("schema", SCHEMA_VERSION), ("spec_name", identity.name), ("spec_digest", identity.digest),
@@ -232,6 +243,14 @@ class Journal:
     def requeued(self, keys: list[str], attempts: list[int], closed: list[TaskAttempt]) -> None:
         """Each key's attempt ``closed[j]`` ended and attempt ``attempts[j]`` is queued."""
         self._q.put(("requeue", keys, attempts, closed, time.time() - time.monotonic()))
+
+    def cancel_waits(self, keys: list[str]) -> None:
+        """Keys not admitted yet were cancelled: they are to be cancelled when admitted."""
+        self._q.put(("cancel_waits", keys))
+
+    def cancel_applied(self, keys: list[str]) -> None:
+        """Waiting cancels were applied (their tasks are recorded cancelled) or dropped."""
+        self._q.put(("cancel_applied", keys))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything recorded so far is committed; False on timeout."""
@@ -310,10 +329,10 @@ class Journal:
                 c.executemany("UPDATE tasks SET state=2, updated=? WHERE key=?",
                               [(now, keys[r]) for r in op[1].tolist()])
             elif kind == "add":
-                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 0, ?)"
+                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 1, ?)"
                               " ON CONFLICT(key) DO NOTHING", [(keys[r], now) for r in op[1].tolist()])
             elif kind == "done_keys":
-                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 2, 0, ?)"
+                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 2, 1, ?)"
                               " ON CONFLICT(key) DO UPDATE SET state=2, updated=excluded.updated",
                               [(k, now) for k in op[1]])
             elif kind == "end":
@@ -328,24 +347,53 @@ class Journal:
                 c.executemany("INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
                               [(k, h.attempt, h.outcome, h.reason, h.traceback, h.at + wall_offset)
                                for k, h in zip(ks, closed, strict=True)])
+            elif kind == "cancel_waits":
+                c.executemany("INSERT OR REPLACE INTO cancels VALUES (?, ?)", [(k, now) for k in op[1]])
+            elif kind == "cancel_applied":
+                c.executemany("DELETE FROM cancels WHERE key=?", [(k,) for k in op[1]])
         c.execute("COMMIT")
+
+
+def _renumber_attempts(conn: sqlite3.Connection, schema: str) -> None:
+    """Schema 1 numbered attempts from 0; number them from 1, once."""
+    if schema != "1":
+        return
+    conn.execute("BEGIN")
+    conn.execute("UPDATE tasks SET attempts = attempts + 1")
+    # Through negatives: (key, attempt) is the key, and attempt + 1 in place would meet the next row.
+    conn.execute("UPDATE history SET attempt = -(attempt + 1)")
+    conn.execute("UPDATE history SET attempt = -attempt")
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    conn.execute("COMMIT")
+
+
+def read_task(path: Path, key: str) -> PriorTask | None:
+    """One task as the journal at ``path`` holds it, or None (blocking; any thread, beside a writer)."""
+    if not path.is_file():
+        return None
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return _tasks(conn, "t.key = ?", (key,)).get(key)
 
 
 def _read_state(conn: sqlite3.Connection, resumed: bool) -> ResumeState:
     if not resumed:
         return ResumeState(False, frozenset(), {})
+    cancels = frozenset(k for (k,) in conn.execute("SELECT key FROM cancels"))
     done = frozenset(k for (k,) in conn.execute("SELECT key FROM tasks WHERE state = 2"))
+    return ResumeState(True, done, _tasks(conn, "t.state != 2"), cancels)
+
+
+def _tasks(conn: sqlite3.Connection, where: str, args: tuple[str, ...] = ()) -> dict[str, PriorTask]:
     # Journal times are wall-clock; the table's clock is monotonic: shift history into it.
     shift = time.monotonic() - time.time()
     history: dict[str, list[TaskAttempt]] = {}
     for key, attempt, outcome, reason, tb, at in conn.execute(
             "SELECT h.key, h.attempt, h.outcome, h.reason, h.traceback, h.at FROM history h"
-            " JOIN tasks t ON t.key = h.key WHERE t.state != 2 ORDER BY h.key, h.attempt"):
+            f" JOIN tasks t ON t.key = h.key WHERE {where} ORDER BY h.key, h.attempt", args):
         history.setdefault(key, []).append(TaskAttempt(attempt, outcome, at + shift, reason, tb))
-    prior = {key: PriorTask(key, State(state), attempts, error, tb, tuple(history.get(key, ())))
-             for key, state, attempts, error, tb in conn.execute(
-                 "SELECT key, state, attempts, error, traceback FROM tasks WHERE state != 2")}
-    return ResumeState(True, done, prior)
+    return {key: PriorTask(key, State(state), attempts, error, tb, tuple(history.get(key, ())))
+            for key, state, attempts, error, tb in conn.execute(
+                f"SELECT key, state, attempts, error, traceback FROM tasks t WHERE {where}", args)}
 
 
 class JournaledTable(TaskTable):

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.journal import Journal, ResumeState
 from warpdeck.engine.sinks import DurableSink, Sink
-from warpdeck.engine.sources import Source, TaskInput
+from warpdeck.engine.sources import SAFE_KEY, Source, TaskInput, source_produces
 from warpdeck.engine.tasks import State, TaskAttempt, TaskTable
 
 __all__ = ["IN_FLIGHT_REASON", "ResumingSource"]
@@ -101,6 +101,21 @@ class ResumingSource:
         """The source's own load."""
         return self.inner.load(items, out)
 
+    def finished_earlier(self, key: str) -> bool:
+        """Whether an earlier run finished ``key`` (done in the journal, or its output in place), so
+        this run will not yield it."""
+        if key in self._state.done:
+            return True
+        # Only a key that could name an output is looked for (an operator's typo is no path).
+        return (self._state.resumed and isinstance(self._sink, DurableSink) and SAFE_KEY.match(key) is not None
+                and self._sink.committed(key))
+
+    def produces(self, key: str) -> bool | None:
+        """The source's answer, less the tasks an earlier run finished."""
+        if self.finished_earlier(key):
+            return False
+        return source_produces(self.inner, key)
+
     def restore(self, table: TaskTable, rows: npt.NDArray[np.int64], items: Sequence[TaskInput]) -> None:
         """Give freshly admitted rows the attempts and history their keys had (on the loop)."""
         prior = self._state.prior
@@ -132,3 +147,4 @@ class ResumingSource:
             closed.append(last)
         if keys and self._journal is not None:
             self._journal.requeued(keys, attempts, closed)
+

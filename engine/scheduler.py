@@ -70,6 +70,7 @@ from warpdeck.engine.snapshot import (
     WorkerView,
 )
 from warpdeck.engine.sources import BatchKey, InputError, Source, TaskInput, open_source
+from warpdeck.engine.task_keys import TaskKeys
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
 
 if TYPE_CHECKING:
@@ -130,14 +131,17 @@ class Engine:
         low, high = feeder_watermarks(spec, nl)
         self.feeder = Feeder(self.source, self.table, self.ready, low, high, on_admit=self._on_admit,
                              prepare=self._prepare if self.resume is not None else None)
+        #: Cancel, retry and detail by key (tasks not admitted yet included).
+        self.task_keys = TaskKeys(self.table, self.ready, self.feeder, self.source, self.resume)
         self.tuner = DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20))
         self.auto_depth = spec.feeder.auto_depth
         self.metrics = MetricsAccumulator(nl)
         self.publisher = SnapshotPublisher()
         self.lanes: Sequence[Lane | RayLane] = (
-            self.executor.lanes(self, self.source, self.sink, self._plan_for) if self.executor is not None else
-            [Lane(i, self.backend, spec.slot_depth, self, self.source, self.sink, self._plan_for, bs)
-             for i in range(nl)])
+            self.executor.lanes(self, self.source, self.task_keys.guard(self.sink), self._plan_for)
+            if self.executor is not None else
+            [Lane(i, self.backend, spec.slot_depth, self, self.source, self.task_keys.guard(self.sink),
+                  self._plan_for, bs) for i in range(nl)])
         self._fns = tuple(resolve_target(s.fn) for s in spec.stages)
         self._plans: dict[BatchKey, StagePlan] = {}
         self._wake = asyncio.Event()
@@ -147,7 +151,6 @@ class Engine:
         self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
         self._timeline: deque[BatchRecord] = deque(maxlen=2048)
         self._failures: deque[TaskFailure] = deque(maxlen=200)
-        self._cancel_rows: set[int] = set()
         self._lane_wait: dict[int, tuple[float, StallReason]] = {}
         self._snapshot_interval = snapshot_interval
         self._seq = 0
@@ -174,6 +177,7 @@ class Engine:
             self.journal = journal
             self.table.attach(journal)
             self.resume.begin(state, journal, self.retry_failed)
+            self.task_keys.attach(journal, state.cancels)
         self._t0 = time.perf_counter()
         self._status = "running"
         self._main = asyncio.create_task(self._run(), name=f"warpdeck-engine-{self.spec.name}")
@@ -306,12 +310,15 @@ class Engine:
         await executor.start(broker, interval)
 
     def _final_status(self) -> str:
+        """Stopped (work left: tasks queued or running, or a source not exhausted nor drained) beats
+        cancelled beats drained beats finished."""
+        counts = self.table.counts()
+        unfinished = counts[State.QUEUED].sum() + counts[State.RUNNING].sum()
+        if unfinished or not (self.feeder.exhausted or self.feeder.draining):
+            return "stopped"
         if self._cancelled_all:
             return "cancelled"
-        if self.feeder.draining:
-            return "drained"
-        counts = self.table.counts()
-        return "finished" if counts[State.QUEUED].sum() == 0 and counts[State.RUNNING].sum() == 0 else "stopped"
+        return "drained" if self.feeder.draining else "finished"
 
     async def _publish_loop(self) -> None:
         while True:
@@ -328,6 +335,7 @@ class Engine:
                 self.table.fail(np.array([row]), reason)
                 self._failures.append(TaskFailure(self.table.keys[row], reason, int(self.table.attempt[row])))
             self.feeder.failed_on_admit.clear()
+        self.task_keys.on_admit()
         if self.feeder.paused:
             self.table.set_stall(np.array(self.ready.pending(), np.int64), StallReason.CONTROL, "paused")
         self._kick()
@@ -505,8 +513,7 @@ class Engine:
                        isolate: bool = False) -> None:
         if len(rows) == 0:
             return
-        attempts = self.table.attempt[rows] + 1
-        can = retry & (attempts < self.spec.retry.max_attempts)
+        can = retry & (self.table.attempt[rows] < self.spec.retry.max_attempts)  # attempts count from 1
         again, final = rows[can], rows[~can]
         if len(again):
             self.table.new_attempt(again, "failed", reason, tb)
@@ -518,14 +525,7 @@ class Engine:
                 self._failures.append(TaskFailure(self.table.keys[r], reason, int(self.table.attempt[r])))
 
     def _apply_cancels(self, batch: Batch) -> None:
-        if not self._cancel_rows:
-            return
-        hit = [r for r in batch.idx.tolist() if r in self._cancel_rows]
-        if hit:
-            rows = np.array(hit, np.int64)
-            rows = rows[self.table.state[rows] == State.RUNNING]
-            self.table.cancel(rows, "cancelled by operator")
-            self._cancel_rows.difference_update(hit)
+        self.task_keys.on_phase(batch.idx)
 
     # -- commands -----------------------------------------------------------------------------------
     async def command(self, cmd: Command) -> CommandResult:
@@ -550,17 +550,12 @@ class Engine:
             self.feeder.draining = True
             return CommandResult(True, len(self.ready), "draining: nothing more is admitted")
         if isinstance(cmd, Cancel):
-            return self._cancel(cmd)
+            if cmd.all:
+                self._cancelled_all = True
+                return self.task_keys.cancel_all()
+            return self.task_keys.cancel(cmd.keys)
         if isinstance(cmd, RetryFailed):
-            rows = self.table.indices(State.FAILED)
-            if cmd.keys:
-                rows = np.intersect1d(rows, self.table.of(cmd.keys))
-            rows = np.array([r for r in rows.tolist() if r in self.feeder.handles], np.int64)
-            if len(rows):
-                self.table.new_attempt(rows, "failed")
-                for r in rows.tolist():
-                    self.ready.put_retry(r, self.feeder.handles[r], isolate=True)
-            return CommandResult(True, len(rows), f"retrying {len(rows)} failed task(s)")
+            return self.task_keys.retry(cmd.keys)
         if isinstance(cmd, RequeueStalled):
             waiting = set(self.ready.pending())
             stalled = [r for r in self.table.indices(State.QUEUED, stalled=True).tolist() if r in waiting]
@@ -602,33 +597,12 @@ class Engine:
             return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
         return CommandResult(True, 0, f"worker {cmd.worker} released")
 
-    def _cancel(self, cmd: Cancel) -> CommandResult:
-        if cmd.all:
-            self._cancelled_all = True
-            self.feeder.draining = True
-            rows = np.flatnonzero(self.table.state[: len(self.table)] <= State.RUNNING)
-        else:
-            rows = self.table.of(cmd.keys)
-            rows = rows[self.table.state[rows] <= State.RUNNING]
-        queued = rows[self.table.state[rows] == State.QUEUED]
-        self.ready.remove(queued.tolist())
-        self.table.cancel(queued, "cancelled by operator")
-        running = rows[self.table.state[rows] == State.RUNNING]
-        self._cancel_rows.update(running.tolist())
-        return CommandResult(True, len(rows),
-                             f"cancelled {len(queued)} queued; {len(running)} running stop at their next phase")
-
     # -- snapshots ----------------------------------------------------------------------------------
     def task_detail(self, key: str) -> TaskDetail | None:
-        """Everything known about one task, or None."""
-        rows = self.table.of([key])
-        if len(rows) == 0:
-            return None
-        r = int(rows[0])
-        t = self.table
-        return TaskDetail(key, t.state_of(r).name.lower(), t.phase_of(r).name.lower(), int(t.attempt[r]),
-                          int(t.batch[r]), StallReason(int(t.stall[r])).name.lower(), t.stall_note(r),
-                          t.error(r), t.traceback(r), t.history(r), t.flag(r))
+        """Everything known about one task (admitted, still to come, or finished by an earlier run),
+        or None for a key the engine does not know. On the engine's loop while the run lasts; from
+        any thread once it has ended (the table no longer changes)."""
+        return self.task_keys.detail(key)
 
     def snapshot(self) -> EngineSnapshot:
         """The engine as of now (cheap enough to call at 10 Hz with a million tasks)."""

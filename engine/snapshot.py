@@ -111,11 +111,14 @@ class TaskFailure:
 
 @dataclass(frozen=True, slots=True)
 class TaskDetail:
-    """Everything the detail view shows for one task."""
+    """Everything the detail view shows for one task. A task is known to the engine once the feeder
+    admits it; before that (``admitted`` False) the detail says where it stands in ``note``: a task
+    the source will still yield, or one an earlier run of the run directory finished."""
 
     key: str
     state: str
     phase: str
+    #: The current attempt's number; the first is 1.
     attempt: int
     batch: int
     stall: str
@@ -125,6 +128,10 @@ class TaskDetail:
     history: tuple[TaskAttempt, ...]
     #: Why a done task's output is suspect (non-finite values under ``nonfinite = "flag"``).
     flag: str = ""
+    #: False for a task not in this run's table: not admitted yet, or finished by an earlier run.
+    admitted: bool = True
+    #: Where a task not in the table stands, in words ("queued (not yet admitted)").
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

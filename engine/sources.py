@@ -29,6 +29,7 @@ __all__ = [
     "TaskInput",
     "item_nbytes",
     "open_source",
+    "source_produces",
 ]
 
 
@@ -89,6 +90,11 @@ class Source(Protocol):
         """Write item j's input into ``out[j]``; return each item's error or None."""
         ...
 
+    def produces(self, key: str) -> bool | None:
+        """Whether ``items`` yields a task keyed ``key``, when the source can tell cheaply (no
+        enumeration); None when it cannot. Commands that name a task not admitted yet ask it."""
+        ...
+
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -138,6 +144,14 @@ class SyntheticSourceImpl:
         for i in range(self.spec.count):
             yield TaskInput(f"syn-{i:08d}", key, i)
 
+    def produces(self, key: str) -> bool:
+        """Keys are formatted from an index: parse it back."""
+        digits = key.removeprefix("syn-")
+        if digits == key or not digits.isascii() or not digits.isdigit():
+            return False
+        i = int(digits)
+        return i < self.spec.count and key == f"syn-{i:08d}"
+
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         out[: len(items)] = synthetic_values(self.spec.seed, [t.handle for t in items], self._key.shape, self._dtype)
         return [None] * len(items)
@@ -164,6 +178,7 @@ class NpyDirSourceImpl:
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
         self._files = sorted(p for p in spec.path.glob(spec.glob) if p.is_file())
         self.total: int | None = len(self._files)
+        self._stems: frozenset[str] | None = None
 
     def exclude(self, keys: Container[str]) -> int:
         """Drop tasks by key before enumerating (a resumed run's done tasks: their files are never
@@ -171,7 +186,14 @@ class NpyDirSourceImpl:
         before = len(self._files)
         self._files = [p for p in self._files if p.stem not in keys]
         self.total = len(self._files)
+        self._stems = None
         return before - len(self._files)
+
+    def produces(self, key: str) -> bool:
+        """From the file list taken at start (a set of its names, made on the first question)."""
+        if self._stems is None:
+            self._stems = frozenset(p.stem for p in self._files)
+        return key in self._stems
 
     def items(self) -> Iterator[TaskInput]:
         fixed = None
@@ -255,6 +277,10 @@ class IterableSource:
             np.copyto(out[j], t.handle)
         return [None] * len(items)
 
+    def produces(self, key: str) -> bool | None:
+        """An iterable's keys are known only by iterating it: it cannot say."""
+        return None
+
 
 def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source:
     """The source a spec section describes."""
@@ -263,3 +289,9 @@ def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source
     if isinstance(spec, NpyDirSource):
         return NpyDirSourceImpl(spec)
     return IterableSource(resolve_target(spec.target))
+
+
+def source_produces(source: Source, key: str) -> bool | None:
+    """``source.produces(key)``; None (cannot say) from a source written before that method existed."""
+    ask = getattr(source, "produces", None)
+    return ask(key) if ask is not None else None

@@ -8,7 +8,8 @@ microseconds.
 
 A row is a task's *current attempt*. Terminal states are final for that attempt: a retry does
 not move a failed row back to queued, it starts a new attempt (the attempt counter only grows)
-and the finished attempt is kept in the task's history.
+and the finished attempt is kept in the task's history. Attempts are numbered from 1 everywhere
+(table, history, journal, report, wire): a task's first attempt is attempt 1.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ ATTEMPT_OUTCOMES = ("done", "failed", "cancelled", "requeued")
 class TaskAttempt:
     """One finished attempt of a task, kept so the detail view can explain a retry."""
 
+    #: The attempt's number; the first is 1.
     attempt: int
     outcome: str
     at: float
@@ -189,6 +191,7 @@ class TaskTable:
         self.keys.extend(keys)
         self.state[lo:hi] = State.QUEUED
         self.phase[lo:hi] = Phase.NONE
+        self.attempt[lo:hi] = 1
         self.t_queued[lo:hi] = self._clock()
         self.nbytes_in[lo:hi] = nbytes
         self._n = hi

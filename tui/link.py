@@ -64,7 +64,8 @@ class Link(Protocol):
         """Carry one command and return the engine's answer."""
 
     async def detail(self, key: str) -> TaskDetail | None:
-        """Everything known about one task."""
+        """Everything known about one task, during the run and after it; None only for a key the
+        engine does not know (a task not admitted yet has a detail: ``admitted`` False, ``note``)."""
 
     def stop(self) -> None:
         """Stop the engine (if this link owns it) and stop delivering."""
@@ -163,7 +164,13 @@ class EngineLink(_Refusals):
         async def call() -> _T:
             return fn(engine)
 
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), self._loop))
+        coro = call()
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            raise
+        return await asyncio.wrap_future(fut)
 
     async def send(self, cmd: Command) -> CommandResult:
         refused = self.refuse(cmd)
@@ -179,9 +186,21 @@ class EngineLink(_Refusals):
         return result
 
     async def detail(self, key: str) -> TaskDetail | None:
-        if self._engine is None or self._loop is None or self._loop.is_closed():
+        engine, loop = self._engine, self._loop
+        if engine is None:
             return None
-        return await self._call(lambda e: e.task_detail(key))
+        if engine.report is None and loop is not None and not loop.is_closed():
+            try:
+                return await self._call(lambda e: e.task_detail(key))
+            except RuntimeError:  # the engine's loop closed in between
+                pass
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we were cancelled, not the engine's loop ended
+        # The run is over: its table no longer changes and answers from any thread (the journal for
+        # tasks an earlier run finished).
+        return await asyncio.to_thread(engine.task_detail, key)
 
     @property
     def latest(self) -> EngineSnapshot | None:

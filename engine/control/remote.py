@@ -29,11 +29,11 @@ from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.signing import Signer
-from warpdeck.engine.control.telemetry import snapshot_from
+from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode
 from warpdeck.engine.lanes import BatchRecord
-from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.snapshot import EngineSnapshot, TaskDetail
 
 __all__ = ["RemoteEngine", "read_recording"]
 
@@ -87,6 +87,13 @@ class RemoteEngine:
         if self._record is not None:
             self._record.close()
             self._record = None
+
+    def detail(self, key: str) -> TaskDetail | None:
+        """One task as the latest telemetry tells it (``telemetry.detail_from``), None before any
+        telemetry arrived. The full detail (history, traceback, any task of the table) needs the
+        engine itself: telemetry samples the table, and the wire has no query that returns data."""
+        snap = self.latest
+        return detail_from(snap, key) if snap is not None else None
 
     def send(self, cmd: Command) -> Future[CommandResult]:
         """Sign and publish ``cmd``; the future holds the engine's answer (thread-safe)."""

@@ -16,10 +16,18 @@ import numpy.typing as npt
 
 from warpdeck.engine.control.wire import Event, Telemetry
 from warpdeck.engine.lanes import BatchRecord
-from warpdeck.engine.snapshot import ControlView, EngineSnapshot, TaskView
+from warpdeck.engine.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskView
 from warpdeck.engine.tasks import Phase, StallReason, State
 
-__all__ = ["COLUMN_SAMPLE", "EventTracker", "snapshot_from", "summarize"]
+__all__ = [
+    "COLUMN_SAMPLE",
+    "FROM_TELEMETRY",
+    "NOT_SAMPLED",
+    "EventTracker",
+    "detail_from",
+    "snapshot_from",
+    "summarize",
+]
 
 #: Keys sent per board column: more than any terminal shows at once.
 COLUMN_SAMPLE = 200
@@ -115,7 +123,7 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> Eng
     batch records gathered from earlier telemetry (each message carries only the new ones)."""
     rows: list[tuple[str, int, int, int]] = []  # key, state, phase, stall
     stalled = {s.key: s for s in tel.stalled}
-    failed = {f.key for f in tel.failures}
+    failed = {f.key: f.attempt for f in tel.failures}
     for column, sample in tel.columns.items():
         for key in sample:
             if column == "queued":
@@ -137,14 +145,41 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> Eng
     state = [r[1] for r in rows]
     phase = [r[2] for r in rows]
     stall = [r[3] for r in rows]
-    n = len(keys)
+    # Attempts are numbered from 1; telemetry carries them for failures only.
+    attempt = [failed.get(k, 1) if s == State.FAILED else 1 for k, s in zip(keys, state, strict=True)]
     view = TaskView(keys, _ro(np.array(state, np.int8)), _ro(np.array(phase, np.int8)),
-                    _ro(np.array(stall, np.int8)), _ro(np.zeros(n, np.int16)))
+                    _ro(np.array(stall, np.int8)), _ro(np.array(attempt, np.int16)))
     return EngineSnapshot(
         seq=tel.seq, t=tel.t, t0=0.0, pipeline=tel.pipeline, status=tel.status, backend=tel.backend,
         backend_reason=tel.backend_reason, device=tel.device, counts=tel.counts, tasks=view, stalled=tel.stalled,
         lanes=tel.lanes, feeder=tel.feeder, timeline=timeline or tel.timeline, figures=tel.figures,
         failures=tel.failures, workers=tel.workers, control=tel.control)
+
+
+#: What an attached detail says of where it comes from.
+FROM_TELEMETRY = "from telemetry: the task's history and traceback stay with the engine"
+NOT_SAMPLED = (f"not among the tasks telemetry samples (at most {COLUMN_SAMPLE} per board column): its detail"
+               " stays with the engine; a command naming it is answered by the engine")
+
+
+def detail_from(snap: EngineSnapshot, key: str) -> TaskDetail:
+    """A task's detail as far as an attached snapshot (``snapshot_from``) tells it: failures carry
+    their reason and attempt, stalled tasks their stall, sampled keys their state and phase. A key
+    outside all of them is not called unknown (telemetry never carries the engine's table): its
+    state is "unknown" and ``note`` says why."""
+    for f in reversed(snap.failures):
+        if f.key == key:
+            return TaskDetail(key, "failed", "none", f.attempt, -1, "none", "", f.reason, "", (), note=FROM_TELEMETRY)
+    for st in snap.stalled:
+        if st.key == key:
+            return TaskDetail(key, st.state, st.phase, 1, -1, st.reason, st.note, "", "", (), note=FROM_TELEMETRY)
+    tv = snap.tasks
+    if key not in tv.keys:
+        return TaskDetail(key, "unknown", "none", 1, -1, "none", "", "", "", (), admitted=False, note=NOT_SAMPLED)
+    r = tv.keys.index(key)
+    return TaskDetail(key, State(int(tv.state[r])).name.lower(), Phase(int(tv.phase[r])).name.lower(),
+                      int(tv.attempt[r]), -1, StallReason(int(tv.stall[r])).name.lower(), "", "", "", (),
+                      note=FROM_TELEMETRY)
 
 
 def _ro(a: npt.NDArray[_N]) -> npt.NDArray[_N]:

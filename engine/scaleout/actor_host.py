@@ -44,6 +44,9 @@ class ArrivedSource:
             np.copyto(out[j], t.handle)
         return [None] * len(items)
 
+    def produces(self, key: str) -> bool | None:  # pragma: no cover - the engine answers for keys, not the actor
+        return None
+
 
 @dataclass(slots=True)
 class _Pending:

@@ -8,7 +8,7 @@ from pathlib import Path
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec, wait_for
 
-from warpdeck.engine.api import Pause, RemoteEngine, Resume, read_recording
+from warpdeck.engine.api import Pause, RemoteEngine, Resume, State, read_recording
 
 SECRET = b"attach-secret-0123456789"
 
@@ -64,5 +64,25 @@ def test_a_wrong_secret_is_answered_with_the_refusal(mosquitto: Mosquitto) -> No
             result = remote.send(Pause()).result(10)
             assert not result.ok and "bad_signature" in result.message
             assert not et.engine.feeder.paused  # type: ignore[union-attr]
+        finally:
+            remote.stop()
+
+
+def test_an_attached_client_tells_a_task_s_detail_as_far_as_telemetry_knows_it(mosquitto: Mosquitto) -> None:
+    with EngineThread(slow_spec("remote-detail"), mosquitto.address, secret=SECRET) as et:
+        assert et.engine is not None
+        remote = RemoteEngine(mosquitto.address, "remote-detail")
+        assert remote.detail("syn-00000000") is None  # no telemetry yet: nothing to tell
+        remote.start()
+        try:
+            wait_for(lambda: remote.latest is not None and remote.latest.counts.done > 0
+                     and remote.latest.tasks.rows(State.DONE).size > 0, 10, "telemetry with a done task sampled")
+            snap = remote.latest
+            done_key = snap.tasks.key(int(snap.tasks.rows(State.DONE)[0]))
+            d = remote.detail(done_key)
+            assert d is not None and (d.state, d.attempt, d.admitted) == ("done", 1, True)
+            far = remote.detail("syn-00999999")  # queued at the engine, far beyond any sample
+            assert far is not None and (far.state, far.admitted) == ("unknown", False)
+            assert "stays with the engine" in far.note
         finally:
             remote.stop()

@@ -50,7 +50,7 @@ def test_a_convicted_workers_batches_complete_elsewhere_and_its_late_result_is_r
         assert max(sink.writes.values()) == 1, "an output written twice"
         # The taken-back tasks ran a second attempt; the others one.
         attempts = eng.table.attempt[: len(eng.table)]
-        assert sorted(set(attempts.tolist())) == [0, 1] and int((attempts == 1).sum()) == 8 * reclaimed
+        assert sorted(set(attempts.tolist())) == [1, 2] and int((attempts == 2).sum()) == 8 * reclaimed
         assert w1 in report.control.workers_lost
     finally:
         wd_stages.RELEASE_LANES.set()

@@ -86,7 +86,7 @@ def test_bad_npy_input_fails_alone_before_any_stage_with_its_reason(tmp_path: Pa
     _failed_with(report, eng, "f05", want)
     d = eng.task_detail("f05")
     # refused while filling pinned host memory: the stage (and a device) never saw it, no retry
-    assert d is not None and d.error.startswith("input:") and d.attempt == 0
+    assert d is not None and d.error.startswith("input:") and d.attempt == 1
     assert not (tmp_path / "out" / "f05.npy").exists()
 
 
@@ -115,7 +115,7 @@ def test_nonfinite_fail_policy_fails_the_task_without_writing_or_retrying() -> N
     assert (report.counts.done, report.counts.failed) == (11, 1)
     _failed_with(report, eng, "k0005", "4 of 4 values are NaN or infinite")
     d = eng.task_detail("k0005")
-    assert d is not None and d.attempt == 0 and "k0005" not in sink.out
+    assert d is not None and d.attempt == 1 and "k0005" not in sink.out
     assert report.exit_code == 1
 
 
@@ -163,7 +163,7 @@ def test_enospc_mid_write_is_retried_then_fails_and_never_leaves_a_partial_file(
     else:
         assert (report.counts.done, report.counts.failed) == (11, 1)
         _failed_with(report, eng, "k0006", "No space left on device")
-        assert eng.task_detail("k0006").attempt == 2  # three attempts
+        assert eng.task_detail("k0006").attempt == 3  # three attempts
         assert not (out / "k0006.npy").exists()
     assert len(list(out.glob("*.npy"))) == report.counts.done
 

@@ -29,7 +29,7 @@ def test_raising_stage_fails_only_the_bad_task_after_retries() -> None:
     assert report.exit_code == 1
     detail = eng.task_detail("k0013")
     assert detail is not None and detail.state == "failed"
-    assert detail.attempt == 2  # three attempts: 0, 1, 2
+    assert detail.attempt == 3  # three attempts: 1, 2, 3
     assert "ValueError: poisoned input" in detail.error
     assert "def poison" in detail.traceback or "in poison" in detail.traceback
     assert [h.outcome for h in detail.history] == ["failed", "failed"]
@@ -43,7 +43,7 @@ def test_innocent_neighbours_of_a_failed_batch_are_retried_and_finish() -> None:
     _, eng = asyncio.run(_run(s, IterableSource(_arrays(16, {3})), RecordingSink()))
     neighbour = eng.task_detail("k0004")
     assert neighbour is not None and neighbour.state == "done"
-    assert neighbour.attempt == 1 and neighbour.history[0].outcome == "failed"
+    assert neighbour.attempt == 2 and neighbour.history[0].outcome == "failed"
 
 
 def test_no_retry_policy_fails_whole_batch_once() -> None:
@@ -88,7 +88,7 @@ def test_corrupt_and_misshapen_npy_inputs_fail_alone_without_retry(tmp_path: Pat
     assert "shape [5], expected [4]" in reasons["f05"]
     assert "truncated" in reasons["f07"]
     assert "f03" in reasons
-    assert all(eng.task_detail(k).attempt == 0 for k in reasons)  # input errors are not retried
+    assert all(eng.task_detail(k).attempt == 1 for k in reasons)  # input errors are not retried
     outs = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert outs == [f"f{i:02d}.npy" for i in (0, 1, 2, 4, 6, 8, 9)]
     assert np.array_equal(np.load(tmp_path / "out" / "f04.npy"), np.full(4, 8.0))
@@ -99,3 +99,29 @@ def test_bad_keys_from_an_iterable_fail_at_admission() -> None:
     report, _ = asyncio.run(_run(spec(), IterableSource(items), RecordingSink()))
     assert (report.counts.done, report.counts.failed) == (4, 1)
     assert "bad/key" in report.failures[0].key
+
+
+def test_attempts_are_numbered_from_one_in_the_table_detail_history_report_journal_and_wire(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    from warpdeck.engine.control.telemetry import summarize
+    from warpdeck.engine.journal import JOURNAL_NAME
+
+    s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 2})
+    report, eng = asyncio.run(_run_in(s, tmp_path, IterableSource(_arrays(4, {2}))))
+    snap = eng.snapshot()
+    assert snap.tasks.attempt.tolist() == [1, 1, 2, 1]  # the first attempt is 1; k0002 failed twice
+    d = eng.task_detail("k0002")
+    assert d is not None and d.state == "failed" and d.attempt == 2
+    assert [(h.attempt, h.outcome) for h in d.history] == [(1, "failed")]
+    assert [(f.key, f.attempt) for f in report.failures] == [("k0002", 2)]
+    assert [(f.key, f.attempt) for f in summarize(snap, 0.0).failures] == [("k0002", 2)]
+    with sqlite3.connect(tmp_path / JOURNAL_NAME) as c:
+        assert dict(c.execute("SELECT key, attempts FROM tasks")) == {"k0000": 1, "k0001": 1, "k0002": 2, "k0003": 1}
+        assert c.execute("SELECT key, attempt, outcome FROM history").fetchall() == [("k0002", 1, "failed")]
+
+
+async def _run_in(s, run_dir: Path, source) -> tuple[RunReport, Engine]:
+    async with Engine(s, run_dir, source=source, sink=RecordingSink()) as eng:
+        return await eng.wait(), eng

@@ -47,7 +47,7 @@ def test_a_run_journals_every_task_done_with_the_spec_identity_in_wal_mode(tmp_p
     s = _npy_spec(tmp_path)
     report, _ = asyncio.run(_run(s, tmp_path))
     assert report.counts.done == N and report.resume is not None and not report.resume.resumed
-    assert _states(tmp_path) == {f"syn-{i:08d}": (int(State.DONE), 0) for i in range(N)}
+    assert _states(tmp_path) == {f"syn-{i:08d}": (int(State.DONE), 1) for i in range(N)}
     with _db(tmp_path) as c:
         meta = dict(c.execute("SELECT name, value FROM meta"))
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -78,7 +78,7 @@ def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_pl
     # (killed after the rename, before the done commit), some without (killed mid-batch).
     lost, renamed = ["syn-00000003", "syn-00000004"], ["syn-00000005"]
     with _db(tmp_path) as c:
-        c.executemany("UPDATE tasks SET state=1, attempts=0 WHERE key=?", [(k,) for k in lost + renamed])
+        c.executemany("UPDATE tasks SET state=1, attempts=1 WHERE key=?", [(k,) for k in lost + renamed])
     for k in lost:
         (out / f"{k}.npy").unlink()
     report, eng = asyncio.run(_run(s, tmp_path))
@@ -87,15 +87,15 @@ def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_pl
     assert report.resume is not None
     assert (report.resume.requeued_in_flight, report.resume.outputs_recovered) == (2, 1)
     d = eng.task_detail("syn-00000003")
-    assert d is not None and d.state == "done" and d.attempt == 1
+    assert d is not None and d.state == "done" and d.attempt == 2
     assert [(h.outcome, h.reason) for h in d.history] == [("requeued", IN_FLIGHT_REASON)]
     after = {p.name: p.stat().st_ino for p in out.iterdir()}
     assert after.keys() == before.keys()
     assert after["syn-00000005.npy"] == before["syn-00000005.npy"]  # never written again
-    assert _states(tmp_path)["syn-00000003"] == (int(State.DONE), 1)
+    assert _states(tmp_path)["syn-00000003"] == (int(State.DONE), 2)
     with _db(tmp_path) as c:
         hist = c.execute("SELECT attempt, outcome FROM history WHERE key='syn-00000003'").fetchall()
-    assert hist == [(0, "requeued")]
+    assert hist == [(1, "requeued")]
 
 
 def test_a_run_directory_made_by_another_spec_is_refused_naming_both(tmp_path: Path) -> None:
@@ -136,7 +136,7 @@ def test_failed_tasks_stay_failed_on_resume_unless_retry_failed_is_asked(tmp_pat
     assert (again.counts.total, again.counts.failed, again.exit_code) == (1, 1, 1)
     assert "poisoned input" in again.failures[0].reason and sink.writes == {}
     d = eng.task_detail("k002")
-    assert d is not None and d.attempt == 0 and "in poison" in d.traceback
+    assert d is not None and d.attempt == 1 and "in poison" in d.traceback
     # asked to retry (the input was fixed meanwhile): a new attempt, the failure kept in history
     sink = RecordingSink()
     fixed, eng = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(8, set())), sink=sink,
@@ -144,7 +144,7 @@ def test_failed_tasks_stay_failed_on_resume_unless_retry_failed_is_asked(tmp_pat
     assert (fixed.counts.done, fixed.exit_code) == (1, 0) and set(sink.writes) == {"k002"}
     assert fixed.resume is not None and fixed.resume.retried_failed == 1
     d = eng.task_detail("k002")
-    assert d is not None and d.attempt == 1 and d.history[0].outcome == "failed"
+    assert d is not None and d.attempt == 2 and d.history[0].outcome == "failed"
     assert "poisoned input" in d.history[0].reason
 
 
@@ -213,3 +213,22 @@ def test_without_a_run_directory_nothing_is_journaled(tmp_path: Path, monkeypatc
 async def _run_no_dir() -> RunReport:
     async with Engine(spec(), source=SleepySource(16), sink=RecordingSink()) as eng:
         return await eng.wait()
+
+
+def test_a_schema_1_journal_numbered_from_0_is_renumbered_from_1_once_when_opened(tmp_path: Path) -> None:
+    s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 3})
+    asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink()))
+    with _db(tmp_path) as c:  # the same run as schema 1 journaled it: attempts from 0
+        c.execute("UPDATE tasks SET attempts = attempts - 1")
+        c.execute("UPDATE history SET attempt = -(attempt - 1)")
+        c.execute("UPDATE history SET attempt = -attempt")
+        c.execute("UPDATE meta SET value = '1' WHERE name = 'schema'")
+    for _ in range(2):  # renumbered once: a second open changes nothing
+        _, eng = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink()))
+        d = eng.task_detail("k002")
+        assert d is not None and d.state == "failed" and d.attempt == 3
+        assert [h.attempt for h in d.history] == [1, 2]
+        assert _states(tmp_path) == {"k000": (int(State.DONE), 1), "k001": (int(State.DONE), 1),
+                                     "k002": (int(State.FAILED), 3), "k003": (int(State.DONE), 1)}
+        with _db(tmp_path) as c:
+            assert c.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("2",)

@@ -260,12 +260,12 @@ def test_new_attempt_from_running_requeues_with_a_higher_attempt_and_history() -
     clock.t = 6.0
     t.new_attempt(rows(0), "requeued", "worker lost", "tb-0")
     assert (t.state_of(0), t.phase_of(0)) == (State.QUEUED, Phase.NONE)
-    assert int(t.attempt[0]) == 1
-    assert int(t.attempt[1]) == 0
+    assert int(t.attempt[0]) == 2  # attempts are numbered from 1
+    assert int(t.attempt[1]) == 1
     assert int(t.batch[0]) == -1
     assert int(t.stall[0]) == StallReason.NONE
     (h,) = t.history(0)
-    assert (h.attempt, h.outcome, h.at, h.reason, h.traceback) == (0, "requeued", 6.0, "worker lost", "tb-0")
+    assert (h.attempt, h.outcome, h.at, h.reason, h.traceback) == (1, "requeued", 6.0, "worker lost", "tb-0")
     np.testing.assert_array_equal(t.counts(), recount(t))
 
 
@@ -278,12 +278,12 @@ def test_new_attempt_from_failed_keeps_the_failure_in_history() -> None:
     t.start(rows(0), 1)
     t.fail(rows(0), "compute: again", "tb 2")
     t.new_attempt(rows(0), "failed")
-    assert int(t.attempt[0]) == 2
+    assert int(t.attempt[0]) == 3
     assert t.state_of(0) is State.QUEUED
     first, second = t.history(0)
-    assert (first.attempt, first.outcome, first.reason) == (0, "failed", "compute: ZeroDivisionError")
+    assert (first.attempt, first.outcome, first.reason) == (1, "failed", "compute: ZeroDivisionError")
     assert first.traceback == "Traceback (most recent call last): ..."
-    assert (second.attempt, second.reason, second.traceback) == (1, "compute: again", "tb 2")
+    assert (second.attempt, second.reason, second.traceback) == (2, "compute: again", "tb 2")
 
 
 def test_new_attempt_from_cancelled_is_allowed() -> None:
@@ -291,7 +291,7 @@ def test_new_attempt_from_cancelled_is_allowed() -> None:
     t.add(["a"])
     t.cancel(rows(0))
     t.new_attempt(rows(0), "cancelled")
-    assert (t.state_of(0), int(t.attempt[0])) == (State.QUEUED, 1)
+    assert (t.state_of(0), int(t.attempt[0])) == (State.QUEUED, 2)
 
 
 @pytest.mark.parametrize("where", ["done", "queued"])
@@ -315,7 +315,7 @@ def test_new_attempt_with_an_unknown_outcome_raises_value_error() -> None:
     t.start(rows(0), 0)
     with pytest.raises(ValueError, match="unknown attempt outcome 'crashed'"):
         t.new_attempt(rows(0), "crashed")
-    assert int(t.attempt[0]) == 0
+    assert int(t.attempt[0]) == 1
 
 
 def test_counts_match_columns_when_a_row_repeats_in_one_call() -> None:
@@ -436,7 +436,7 @@ class TaskTableMachine(RuleBasedStateMachine):
         first = len(self.model)
         self.table.add([f"t{first + j}" for j in range(n)])
         self.model += [(State.QUEUED, Phase.NONE)] * n
-        self.model_attempt += [0] * n
+        self.model_attempt += [1] * n  # attempts are numbered from 1
 
     @rule(data=st.data())
     def start(self, data: st.DataObject) -> None:
@@ -547,7 +547,7 @@ class TaskTableMachine(RuleBasedStateMachine):
         assert (att[: len(self.prev_attempt)] >= self.prev_attempt).all()
         self.prev_attempt = att
         for i in range(n):
-            assert [h.attempt for h in self.table.history(i)] == list(range(int(att[i])))
+            assert [h.attempt for h in self.table.history(i)] == list(range(1, int(att[i])))  # numbered from 1
 
     @invariant()
     def terminal_states_stay_terminal_unless_a_new_attempt(self) -> None:

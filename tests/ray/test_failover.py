@@ -79,8 +79,8 @@ def test_a_killed_actor_loses_nothing_and_comes_back(ray_cluster: ModuleType, mo
         report = _resume_and_finish(et, victim, "the restarted actor took work again")
     _check_outputs(sink)
     attempts = eng.table.attempt[: len(eng.table)]
-    assert int((attempts == 1).sum()) == BATCH * eng.leases.reclaimed, "each taken-back task ran a second attempt"
-    assert set(attempts.tolist()) == {0, 1}
+    assert int((attempts == 2).sum()) == BATCH * eng.leases.reclaimed, "each taken-back task ran a second attempt"
+    assert set(attempts.tolist()) == {1, 2}  # numbered from 1
     assert "ray-1" in report.control.workers_lost
 
 

@@ -1,0 +1,43 @@
+"""``EngineLink.detail`` answers for any task during the run and after it (tui/link.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from warpdeck.engine.api import Pause, parse_spec
+from warpdeck.tui.link import EngineLink
+from warpdeck.tui.messages import EngineStopped
+
+
+def _spec(count: int):
+    return parse_spec({"name": "link-detail", "backend": "numpy", "batch_size": 4,
+                       "feeder": {"low_watermark": 8, "high_watermark": 16},
+                       "source": {"kind": "synthetic", "count": count, "shape": [4], "dtype": "float64"},
+                       "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:double"}]}, "<test>")
+
+
+def test_detail_answers_after_the_run_has_ended() -> None:
+    stopped = threading.Event()
+    link = EngineLink(_spec(40), journal=False)
+    link.start(lambda m: stopped.set() if isinstance(m, EngineStopped) else None)
+    try:
+        assert stopped.wait(60), "the run never ended"
+        assert link.report is not None and link.report.counts.done == 40
+        done = asyncio.run(link.detail("syn-00000003"))
+        assert done is not None and (done.state, done.attempt) == ("done", 1)
+        assert asyncio.run(link.detail("syn-00000040")) is None
+    finally:
+        link.stop()
+
+
+def test_detail_of_a_task_not_admitted_yet_says_so_during_the_run() -> None:
+    link = EngineLink(_spec(100_000), journal=False)
+    link.start(lambda m: None)
+    try:
+        assert asyncio.run(link.send(Pause())).ok
+        later = asyncio.run(link.detail("syn-00099999"))
+        assert later is not None and (later.state, later.admitted, later.note) == (
+            "queued", False, "queued (not yet admitted)")
+    finally:
+        link.stop()
