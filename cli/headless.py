@@ -1,12 +1,18 @@
 """The headless display: a rich progress view per phase while the engine runs, then a summary.
 
-It reads only snapshots and the final report (the engine never imports rich).
+It reads only snapshots and the final report (the engine never imports rich). SIGINT and SIGTERM
+stop the run the way quitting the control room does: the engine stops, its report (status
+"stopped") is written and summarised, and the same command resumes it. A second signal is not
+caught: it interrupts the stopping itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -87,19 +93,55 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
                        retry_failed: bool = False, journal: bool | None = None,
                        control: ControlSettings | None = None) -> RunReport:
     """Run the engine with a live display (when ``live``) and print the summary."""
-    async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
-        # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
-        # full collection need not walk it. Full collections stop every thread, the control plane's
-        # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
-        gc.freeze()
-        try:
-            if live:
-                with Live(console=console, refresh_per_second=8, transient=False) as view:
-                    async for snap in engine.publisher.stream():
-                        view.update(render_snapshot(snap))
-            report = await engine.wait()
-        finally:
-            gc.unfreeze()
+    with _stop_signals() as stopping:
+        async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
+            # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
+            # full collection need not walk it. Full collections stop every thread, the control plane's
+            # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
+            gc.freeze()
+            try:
+                watch = asyncio.create_task(_watch(engine, console, live), name="warpdeck-headless")
+                stop = asyncio.create_task(stopping.wait(), name="warpdeck-stop-signal")
+                await asyncio.wait((watch, stop), return_when=asyncio.FIRST_COMPLETED)
+                for task in (stop, watch):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task  # the watch's own failure (the engine's) is raised here
+            finally:
+                gc.unfreeze()
+        # Leaving the engine stopped it if a signal came first; its report says so ("stopped").
+        report = engine.report
+        assert report is not None, "the engine writes its report as it closes"
     await asyncio.sleep(0)
     console.print(summary_table(report))
     return report
+
+
+async def _watch(engine: Engine, console: Console, live: bool) -> RunReport:
+    if live:
+        with Live(console=console, refresh_per_second=8, transient=False) as view:
+            async for snap in engine.publisher.stream():
+                view.update(render_snapshot(snap))
+    return await engine.wait()
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[asyncio.Event]:
+    """An event set by the first SIGINT or SIGTERM while the run lasts; each handler then steps
+    aside, so a second signal acts as it would have without us."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    caught = (signal.SIGINT, signal.SIGTERM)
+
+    def first(sig: signal.Signals) -> None:
+        stopping.set()
+        loop.remove_signal_handler(sig)
+
+    for sig in caught:
+        with contextlib.suppress(ValueError, RuntimeError):  # not the main thread: signals stay as they are
+            loop.add_signal_handler(sig, first, sig)
+    try:
+        yield stopping
+    finally:
+        for sig in caught:
+            loop.remove_signal_handler(sig)

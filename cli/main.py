@@ -1,7 +1,19 @@
-"""``warpdeck``: run a pipeline spec, the demo, or (later) attach and replay.
+"""``warpdeck``: run a pipeline spec or the demo; attach to a run elsewhere; replay a recording.
 
-Exit status (DESIGN.md section 7): 0 when every task is done; 1 when any failed or was
-cancelled; 2 for bad usage or a bad spec.
+Exit status of ``run`` and ``demo``, headless or under the control room (decided by
+``RunReport.exit_code`` from the run's report, never from how the control room closed):
+
+====  =====================================================================================
+0     finished: every task done
+1     one or more tasks failed or were cancelled
+2     bad usage or a bad spec (a flag, a spec field, a run directory made by another spec, a
+      backend that is not there): nothing ran; never anything else
+3     drained by the operator: nothing more admitted, what was admitted finished, nothing failed
+4     stopped before the end: the operator quit the control room with work running, SIGINT or
+      SIGTERM, or the engine stopped; the same command again resumes the run and finishes it
+====  =====================================================================================
+
+Where two apply, stopped (4) beats failed or cancelled (1), which beats drained (3).
 """
 
 from __future__ import annotations
@@ -15,8 +27,11 @@ from pathlib import Path
 from rich.console import Console
 
 from warpdeck.engine.api import (
+    EXIT_STATUS_HELP,
     BackendError,
     ControlSettings,
+    ExitStatus,
+    JournalError,
     PipelineSpec,
     RunDirError,
     RunReport,
@@ -40,15 +55,19 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="warpdeck", description="A control room for GPU batch pipelines.")
+    p = argparse.ArgumentParser(prog="warpdeck", description="A control room for GPU batch pipelines.",
+                                epilog=f"{EXIT_STATUS_HELP}\n(of run and demo)",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"warpdeck {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a pipeline spec (TOML)")
+    run = sub.add_parser("run", help="run a pipeline spec (TOML)", epilog=EXIT_STATUS_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("spec", type=Path)
     run.add_argument("--retry-failed", action="store_true",
                      help="when resuming a run directory, retry the tasks that failed in it")
     _common(run)
-    demo = sub.add_parser("demo", help="run a built-in example pipeline on generated inputs")
+    demo = sub.add_parser("demo", help="run a built-in example pipeline on generated inputs", epilog=EXIT_STATUS_HELP,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--count", type=int, help="how many synthetic signals (default 4000 headless; 60000 in the "
                       "control room, so there is time to watch)")
     demo.add_argument("--outputs", action="store_true",
@@ -109,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
             spec = _demo_spec(count, outputs=args.headless or args.outputs)
     except SpecError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return 2
+        return ExitStatus.USAGE
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
     try:
         control = _control(args)
     except ValueError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return 2
+        return ExitStatus.USAGE
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
     retry_failed = getattr(args, "retry_failed", False)
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
@@ -131,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
                                           retry_failed=retry_failed, journal=journal, control=control))
+    except JournalError as exc:  # the run went, but its journal could not keep up: not a usage error
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return ExitStatus.STOPPED
     except (BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return 2
-    except KeyboardInterrupt:
+        return ExitStatus.USAGE
+    except KeyboardInterrupt:  # a second Ctrl-C while the run was stopping, or one before it began
         err.print("interrupted")
-        return 1
+        return ExitStatus.STOPPED
     _write_report(report, args.json)
+    _closing_note(report, err)
     return report.exit_code
 
 
@@ -145,7 +168,7 @@ def _remote(args: argparse.Namespace, err: Console) -> int:
     """``attach`` and ``replay``: the control room over an engine that is not in this process."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err.print(f"warpdeck {args.command}: the control room needs a terminal")
-        return 2
+        return ExitStatus.USAGE
     from warpdeck.cli.control_room import UnknownTheme, check_theme, run_remote  # noqa: PLC0415 - Textual loads only here
     from warpdeck.tui.attach import AttachLink, replay_link  # noqa: PLC0415
 
@@ -162,7 +185,7 @@ def _remote(args: argparse.Namespace, err: Console) -> int:
                               record=args.record)
     except (UnknownTheme, ValueError, OSError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return 2
+        return ExitStatus.USAGE
     return run_remote(link, theme=args.theme)
 
 
@@ -184,16 +207,32 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
         check_theme(theme)
         report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
                                   control=control)
+    except JournalError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return ExitStatus.STOPPED
     except (UnknownTheme, BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return 2
+        return ExitStatus.USAGE
     if report is None:
         err.print("the engine stopped before it could report")
-        return 1
+        return ExitStatus.STOPPED
     _write_report(report, json_path)
+    # The status comes from the report (quitting with work running leaves it "stopped": 4), never
+    # from how the app closed.
     Console().print(f"{spec.name}: {report.status}, {report.counts.done:,} done, {report.counts.failed:,} failed, "
                     f"{report.counts.cancelled:,} cancelled", markup=False, highlight=False)
+    _closing_note(report, err)
     return report.exit_code
+
+
+def _closing_note(report: RunReport, err: Console) -> None:
+    """After a run that stopped before the end, how to finish it."""
+    if report.exit_code != ExitStatus.STOPPED:
+        return
+    c = report.counts
+    how = ("run the same command again to resume and finish it" if report.resume is not None else
+           "it kept no journal (give it a --run-dir to keep one): running it again starts over")
+    err.print(f"{report.pipeline}: stopped before the end, {c.done:,} done; {how}", markup=False, highlight=False)
 
 
 def _write_report(report: RunReport, path: Path | None) -> None:

@@ -1,11 +1,14 @@
 """The run report: what ``--json`` writes and the headless summary prints.
 
-The decision this module protects: the report is a pydantic model, so its JSON has one schema
-that tests, CI and users can rely on; it is built from the final snapshot, never recomputed.
+The decisions this module protects: the report is a pydantic model, so its JSON has one schema
+that tests, CI and users can rely on; it is built from the final snapshot, never recomputed. The
+command's exit status is decided here, from the report alone (``RunReport.exit_code``), whichever
+front end ran the run.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +20,45 @@ from warpdeck.engine.tasks import State
 if TYPE_CHECKING:
     from warpdeck.engine.scheduler import Engine
 
-__all__ = ["ReportControl", "ReportCounts", "ReportFailure", "ReportFlag", "ReportResume", "RunReport", "make_report"]
+__all__ = [
+    "EXIT_STATUS_HELP",
+    "ExitStatus",
+    "ReportControl",
+    "ReportCounts",
+    "ReportFailure",
+    "ReportFlag",
+    "ReportResume",
+    "RunReport",
+    "make_report",
+]
+
+
+class ExitStatus(enum.IntEnum):
+    """The ``warpdeck`` command's exit statuses. Where two apply, stopped beats failed (or
+    cancelled), which beats drained."""
+
+    FINISHED = 0
+    """Finished: every task done."""
+    FAILED = 1
+    """One or more tasks failed or were cancelled."""
+    USAGE = 2
+    """Bad usage or a bad spec (and nothing else): nothing ran."""
+    DRAINED = 3
+    """Drained by the operator: admitted nothing more, finished what was admitted, nothing failed."""
+    STOPPED = 4
+    """Stopped before the end (quit with work running, SIGINT or SIGTERM, the engine stopped): a plain
+    resume, the same command again on the same run directory, finishes it."""
+
+
+#: The exit statuses in words, for ``--help`` and the docs.
+EXIT_STATUS_HELP = """exit status:
+  0 finished: every task done
+  1 one or more tasks failed or were cancelled
+  2 bad usage or a bad spec (nothing ran)
+  3 drained by the operator: nothing more admitted, what was admitted finished, nothing failed
+  4 stopped before the end (quit with work running, SIGINT/SIGTERM, the engine stopped); the same
+    command again resumes and finishes it (a demo keeps a journal only when given --run-dir)
+where two apply, stopped beats failed, which beats drained"""
 
 
 class _Frozen(BaseModel):
@@ -130,10 +171,15 @@ class RunReport(_Frozen):
     """Set when the run had a control plane (``--broker``)."""
 
     @property
-    def exit_code(self) -> int:
-        """0 when every task is done; 1 when any failed, was cancelled or never ran."""
+    def exit_code(self) -> ExitStatus:
+        """The command's exit status for this run (``ExitStatus``): stopped (work left) beats failed
+        or cancelled, which beats drained; finished only when every task is done."""
         c = self.counts
-        return 0 if c.done == c.total and self.status == "finished" else 1
+        if self.status == "stopped" or c.queued or c.running:
+            return ExitStatus.STOPPED
+        if c.failed or c.cancelled or self.status == "cancelled" or c.done != c.total:
+            return ExitStatus.FAILED
+        return ExitStatus.DRAINED if self.status == "drained" else ExitStatus.FINISHED
 
 
 def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:

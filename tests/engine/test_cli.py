@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from wd_broker import Mosquitto
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
@@ -115,3 +122,130 @@ def test_second_run_resumes_and_another_spec_in_the_same_run_dir_exits_2(tmp_pat
     assert r.returncode == 2
     assert "rd" in r.stderr and "'cli-test'" in r.stderr and "'other-test'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# -- exit statuses (cli/main.py, RunReport.exit_code) -----------------------------------------------
+SLOW = """
+name = "cli-slow"
+backend = "numpy"
+batch_size = 8
+[source]
+kind = "synthetic"
+count = {count}
+shape = [4]
+dtype = "float64"
+[sink]
+kind = "npy_dir"
+[[stages]]
+fn = "wd_stages:sleep_10ms"
+"""
+
+
+def _until(cond: Callable[[], object], limit_s: float, what: str) -> None:
+    """Wait for ``cond`` (a file to appear, a process to answer), checking every 20 ms."""
+    end = time.monotonic() + limit_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what}: not within {limit_s} s")
+        time.sleep(0.02)
+
+
+def _launch(tmp: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "120"}
+    return subprocess.Popen([sys.executable, "-m", "warpdeck.cli", *args], cwd=tmp, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` if it still runs (a failed test), and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def test_exit_status_precedence_is_decided_by_the_report_alone() -> None:
+    from wd_build import spec as small_spec
+
+    from warpdeck.engine.api import ExitStatus, run_pipeline
+
+    base = asyncio.run(run_pipeline(small_spec()))
+    assert base.exit_code == ExitStatus.FINISHED == 0
+
+    def status(state: str, **counts: int) -> int:
+        c = {"total": 10, "done": 10, "failed": 0, "cancelled": 0, "queued": 0, "running": 0, **counts}
+        return base.model_copy(update={"status": state, "counts": base.counts.model_copy(update=c)}).exit_code
+
+    assert status("finished", done=9, failed=1) == ExitStatus.FAILED == 1
+    assert status("cancelled", done=4, cancelled=6) == ExitStatus.FAILED
+    assert status("drained") == ExitStatus.DRAINED == 3
+    assert status("drained", done=9, failed=1) == ExitStatus.FAILED  # failed beats drained
+    assert status("drained", done=9, cancelled=1) == ExitStatus.FAILED
+    assert status("stopped", done=4, queued=6) == ExitStatus.STOPPED == 4
+    assert status("stopped", done=3, failed=1, running=6) == ExitStatus.STOPPED  # stopped beats failed
+    assert status("stopped") == ExitStatus.STOPPED  # stopped between pulls: the source had more
+    assert ExitStatus.USAGE == 2
+
+
+@pytest.mark.parametrize(("command", "sig"), [("run", signal.SIGINT), ("run", signal.SIGTERM),
+                                               ("demo", signal.SIGINT)])
+def test_a_run_stopped_by_a_signal_exits_4_with_its_report_and_a_plain_resume_finishes_it(
+        tmp_path: Path, command: str, sig: signal.Signals) -> None:
+    spec = _write(tmp_path, SLOW.format(count=3000))
+    count = 3000 if command == "run" else 200_000  # the demo's stage is fast: give it time to be stopped
+    args = ["run", str(spec)] if command == "run" else ["demo", "--count", str(count)]
+    common = ["--headless", "--json", "r.json", "--run-dir", "rd", "--broker", "none"]
+    out = tmp_path / "rd" / "outputs"
+    with _launch(tmp_path, *args, *common) as proc:
+        try:
+            _until(lambda: (out.is_dir() and any(out.glob("*.npy"))) or proc.poll() is not None, 60, "a first output")
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            _end(proc)
+    assert proc.returncode == 4, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["status"] == "stopped" and report["counts"]["done"] < count
+    assert "stopped" in err and "Traceback" not in err
+    if command == "demo":
+        return
+    again = _warpdeck(*args, *common, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    final = json.loads((tmp_path / "r.json").read_text())
+    assert final["status"] == "finished"
+    assert final["counts"]["done"] + final["counts"]["skipped_done"] == 3000
+
+
+def test_a_run_drained_by_the_operator_exits_3(tmp_path: Path, mosquitto: Mosquitto) -> None:
+    from warpdeck.engine.api import Drain, RemoteEngine
+
+    secret = tmp_path / "secret"
+    secret.write_text("drain-secret-0123456789abcdef")
+    spec = _write(tmp_path, SLOW.format(count=3000))
+    remote = RemoteEngine(mosquitto.address, "cli-slow", secret=secret.read_bytes())
+    remote.start()
+    with _launch(tmp_path, "run", str(spec), "--headless", "--json", "r.json", "--run-dir", "rd",
+                 "--broker", mosquitto.url, "--secret-file", str(secret)) as proc:
+        try:
+            _until(lambda: (remote.latest is not None and remote.latest.counts.done > 0) or proc.poll() is not None,
+                   60, "telemetry with a task done")
+            answer = remote.send(Drain()).result(10)
+            assert answer.ok, answer.message
+            _, err = proc.communicate(timeout=60)
+        finally:
+            remote.stop()
+            _end(proc)
+    assert proc.returncode == 3, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["status"] == "drained" and report["counts"]["failed"] == 0
+    assert report["counts"]["done"] == report["counts"]["total"] < 3000
+
+
+def test_help_documents_every_exit_status() -> None:
+    for args in (["--help"], ["run", "--help"], ["demo", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "warpdeck.cli", *args], capture_output=True, text=True,
+                           check=True, env={**os.environ, "COLUMNS": "120"})
+        text = " ".join(r.stdout.split())
+        for line in ("0 finished: every task done", "1 one or more tasks failed or were cancelled",
+                     "2 bad usage or a bad spec", "3 drained by the operator",
+                     "4 stopped before the end", "stopped beats failed"):
+            assert line in text, (args, line, r.stdout)
