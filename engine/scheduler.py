@@ -378,7 +378,8 @@ class Engine:
                 if convicted:  # look again for its re-birth (a new epoch)
                     timeout = _REBIRTH_POLL_S
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: see Marker.wait
+                        await wake.wait()
         finally:
             wait = self._lane_wait.pop(lane.id, None)
             if wait is not None:

@@ -112,7 +112,10 @@ class Marker:
         # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
         inner.add_done_callback(_retrieve)
         try:
-            await asyncio.wait_for(asyncio.shield(inner), timeout)
+            # Not ``asyncio.wait_for``: on Python 3.11 it returns the result when a cancellation
+            # lands as the job completes, and the cancelled lane then waited forever at shutdown.
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(inner)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
         ev = self._event()

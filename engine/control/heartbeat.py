@@ -327,7 +327,8 @@ class Heartbeater:
             with contextlib.suppress(Exception):
                 self._last.device = await asyncio.to_thread(fn)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), 0.5)  # at most 2 Hz
+                async with asyncio.timeout(0.5):  # at most 2 Hz; not wait_for, which can swallow a cancel (3.11)
+                    await stopping.wait()
 
 
 class NvmlSampler:

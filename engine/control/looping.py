@@ -30,5 +30,7 @@ def stop_loop_thread(loop: asyncio.AbstractEventLoop | None, stopping: asyncio.E
 async def wait_backoff(stopping: asyncio.Event, backoff: float) -> float:
     """Wait a jittered ``backoff`` (or until ``stopping``); return the next, doubled, backoff."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stopping.wait(), backoff * _JITTER.uniform(0.5, 1.0))
+        # Not wait_for: on Python 3.11 it can swallow a cancellation that lands as the wait ends.
+        async with asyncio.timeout(backoff * _JITTER.uniform(0.5, 1.0)):
+            await stopping.wait()
     return min(_MAX_BACKOFF_S, backoff * 2)

@@ -420,7 +420,8 @@ class ControlPlane:
                 death = Death(worker=v.worker_id, epoch=v.epoch, reason=why)
                 await client.publish(self.topics.worker(v.worker_id, "death"), encode(death), qos=1, retain=True)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), period)
+                async with asyncio.timeout(period):  # not wait_for: it can swallow a cancellation (3.11)
+                    await stopping.wait()
 
     def _lost_connection(self) -> None:
         if self.connected.is_set():
@@ -457,7 +458,8 @@ class ControlPlane:
                 self.workers = tuple(self.monitor.views(now))
                 views_at = now
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.settings.tick_s)
+                async with asyncio.timeout(self.settings.tick_s):  # not wait_for (see above)
+                    await stopping.wait()
 
     def _measure_lag(self, now: float) -> None:
         # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.

@@ -186,7 +186,8 @@ class RemoteEngine:
         self._answers[signed.nonce] = answer
         try:
             await client.publish(self.topics.cmd, encode(signed), qos=1)
-            ev = await asyncio.wait_for(answer, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # not wait_for: it can swallow a cancellation (3.11)
+                ev = await answer
         except TimeoutError:
             return CommandResult(False, 0, f"no answer from the engine within {self.timeout_s:g} s")
         except aiomqtt.MqttError as exc:

@@ -88,6 +88,7 @@ class RemoteWorker:
             return
         if not self.gone.is_set():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(raylink.call(self.handle, self.id, "stop"), timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancellation (3.11)
+                    await raylink.call(self.handle, self.id, "stop")
         raylink.kill(self.handle)
         self.gone.set()
