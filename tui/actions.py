@@ -53,6 +53,8 @@ def describe_task(key: str, detail: TaskDetail | None) -> str:
     """A task as it is now, in a few words: ``syn-00000042 (running · compute)``."""
     if detail is None:
         return f"{key} (no such task)"
+    if not detail.admitted:
+        return f"{key}, {detail.note or detail.state}"
     state = detail.state + (f" · {detail.phase}" if detail.state == "running" else "")
     if detail.stall not in ("", "none"):
         state += f" · stalled: {detail.stall}"
@@ -195,7 +197,7 @@ class PipelineActions(_Base):
         if not MIN_DEPTH <= depth <= MAX_DEPTH:
             self.notify(f"depth {depth}: it must be {MIN_DEPTH}..{MAX_DEPTH}", severity="warning")
             return
-        if depth == old:
+        if depth == old and clamp:  # + or - at the end of the range (``:depth N`` still turns auto off)
             self.notify(f"prefetch depth stays {old} (range {MIN_DEPTH}..{MAX_DEPTH})", severity="warning")
             return
         undo = Undoable(SetDepth(depth=old), f"depth back to {old}") if old is not None else None

@@ -4,7 +4,7 @@ from a recording.
 ``AttachLink`` wraps the engine's ``RemoteEngine`` (telemetry in, signed commands out); snapshots
 arrive as messages exactly as they do from an in-process engine, so every screen works the same.
 Task lists are the telemetry's samples (a few hundred keys per column); counts are exact. Task
-detail is what telemetry carries: the stall or failure of a listed task.
+detail is what telemetry carries (``RemoteEngine.detail``), and says what it cannot know.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from warpdeck.engine.api import (
     BrokerAddress,
     Command,
     CommandResult,
-    EngineSnapshot,
     RemoteEngine,
     TaskDetail,
     read_recording,
@@ -55,22 +54,10 @@ class AttachLink(_Refusals):
         return result
 
     async def detail(self, key: str) -> TaskDetail | None:
-        return _detail_from(self.remote.latest, key)
+        return self.remote.detail(key)
 
     def stop(self) -> None:
         self.remote.stop()
-
-
-def _detail_from(snap: EngineSnapshot | None, key: str) -> TaskDetail | None:
-    if snap is None:
-        return None
-    for s in snap.stalled:
-        if s.key == key:
-            return TaskDetail(key, s.state, s.phase, 0, -1, s.reason, s.note, "", "", ())
-    for f in snap.failures:
-        if f.key == key:
-            return TaskDetail(key, "failed", "none", f.attempt, -1, "", "", f.reason, "", ())
-    return None
 
 
 def replay_link(path: Path, speed: float = 1.0) -> StreamLink:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 from textual.widgets._footer import FooterKey
+from wd_screen import screen_text
 from wd_tui import burst, commands, engine_app, slow_spec, until
 
 from warpdeck.engine.api import ControlSettings, Pause, parse_spec
@@ -188,6 +189,19 @@ async def test_detail_of_a_finished_task_and_of_an_unknown_one(tmp_path: Path) -
         await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         burst(app, "\x1b:detail syn-x\r")
         await until(pilot, lambda: any("no task 'syn-x'" in n for n in notes(app)))
+        burst(app, ":detail syn-00150000\r")  # the source will yield it; the feeder has not yet
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen)
+                    and "queued (not yet admitted)" in "\n".join(screen_text(app)))
+
+
+async def test_cancelling_a_task_not_yet_admitted_is_remembered(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        burst(app, ":cancel syn-00150000\r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question == "Cancel syn-00150000, queued (not yet admitted)?"
+        await pilot.press("y")
+        await until(pilot, lambda: any("cancelled when it is" in n for n in notes(app)))
+        assert link.sent[-1].result.ok and app.is_running
 
 
 def test_only_warpdecks_themes_are_offered(tmp_path: Path) -> None:

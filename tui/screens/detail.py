@@ -28,7 +28,11 @@ def render_detail(d: TaskDetail) -> Group:
     head.append(f"state {d.state}")
     if d.state == "running":
         head.append(f" · phase {d.phase}")
-    head.append(f" · attempt {d.attempt} · batch {d.batch if d.batch >= 0 else '—'}\n")
+    if d.admitted:
+        head.append(f" · attempt {d.attempt} · batch {d.batch if d.batch >= 0 else '—'}")
+    head.append("\n")
+    if d.note:
+        head.append(f"{d.note}\n", "italic")
     if d.stall != "none":
         stall = STALL_BADGES.get(d.stall)
         head.append(f"stalled: {stall.glyph if stall else ''} {d.stall}", "bold")
