@@ -337,3 +337,45 @@ def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_path: Pat
             assert commands(link)[1] == Release(worker=wid)
             await until(pilot, lambda: app.snapshot.workers[0].state == "online")
     asyncio.run(scenario())
+
+
+def test_the_readme_key_table_matches_the_key_table() -> None:
+    """Every key the README's table names is bound, and every key of the app, the board, the
+    workers and the timeline is in the README's table (list navigation aside)."""
+    import re
+
+    from warpdeck.tui.command_line import VERBS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| keys | what they do |"):]
+    table = table[:table.index("\n\n")]
+    named = set(re.findall(r"`([^`]+)`", table))
+    bound = {name for k in KEYS for name in [k.label, *k.keys.split(",")]}
+    for name in named:
+        if name.startswith(":") and len(name) > 1:
+            assert name[1:].split()[0] in VERBS, name
+        else:
+            assert name in bound, name
+    for k in KEYS:
+        if k.scope != "list" or k.label in ("j", "k", "g", "G", "enter"):
+            assert k.label in named, k
+
+
+def test_help_lists_every_verb_glyph_and_abbreviation() -> None:
+    from rich.console import Console
+
+    from warpdeck.tui.command_line import VERBS, usage
+    from warpdeck.tui.glyphs import PHASE_GLYPHS, STALL_BADGES, STATE_GLYPHS, WORKER_GLYPHS
+    from warpdeck.tui.screens.help import GLOSSARY, glyph_table, verb_table
+
+    console = Console(width=200, record=True)
+    console.print(verb_table())
+    console.print(glyph_table())
+    text = console.export_text()
+    for verb in VERBS:
+        assert ":" + usage(verb) in text, verb
+    for table in (STATE_GLYPHS, PHASE_GLYPHS, STALL_BADGES, WORKER_GLYPHS):
+        for badge in table.values():
+            assert f"{badge.glyph} {badge.label}" in text, badge
+    for word, _ in GLOSSARY:
+        assert word in text
