@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     rows_filtered_ms = _median_ms(lambda: board_rows(mid, stalled.mask(mid.tasks)), 20)
 
     by_key, clock = asyncio.run(key_latency(big, rounds, args.seed))
-    opened, typed = asyncio.run(prompt_latency(big, rounds * 10, args.seed))
+    opened, typed = asyncio.run(prompt_latency(big, rounds * 20, args.seed))
     open_p99 = _pct(opened, 99)
     applied, refreshed = clock.applied, clock.refreshed
     lat = [x for v in by_key.values() for x in v]

@@ -106,10 +106,12 @@ class PromptBar(Vertical):
             focused = self.screen.focused
             self._before = focused if focused is not None and focused not in self.query("*") else None
         self._check, self._then = check, then
-        self._hint.update(hint)
-        self._error.update("")
-        self._candidates.update("")
-        self._candidates.display = False
+        # Each update lays the bar out again: only what changed (opening costs a frame, not three).
+        _set(self._hint, hint)
+        _set(self._error, "")
+        if self._candidates.display:
+            self._candidates.update("")
+            self._candidates.display = False
         field = self._input
         field.placeholder, field.suggester = prompt, suggester
         field.value = value
@@ -157,3 +159,9 @@ class PromptBar(Vertical):
             value or task_keys) else []
         self._candidates.update(Text("tab: " + " · ".join(found)) if found else "")  # Text: [KEY…] is no markup
         self._candidates.display = bool(found)
+
+
+def _set(label: Label, text: str) -> None:
+    """``label.update(text)`` unless it already shows ``text``."""
+    if str(label.render()) != text:
+        label.update(text)
