@@ -219,3 +219,17 @@ async def test_a_prompt_holds_exactly_what_was_typed(tmp_path: Path) -> None:
         burst(app, ":" + typed)
         field = app.screen.query_one(PromptBar).query_one(Input)
         await until(pilot, lambda: field.value == typed)
+
+
+async def test_the_quit_question_of_a_run_without_a_journal_says_so(tmp_path: Path) -> None:
+    from warpdeck.tui.link import EngineLink
+
+    link = EngineLink(slow_spec(), tmp_path / "run", journal=False)  # as the demo runs by default
+    app = WarpdeckApp(link, log_path=tmp_path / "room.log")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "keeps no journal" in app.screen.question and "journal keeps" not in app.screen.question
+        await pilot.press("n")
+        assert app.is_running
