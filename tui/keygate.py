@@ -19,6 +19,7 @@ the gate after ``STUCK_S``.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -60,6 +61,7 @@ class KeyGate:
         self._seq = 0
         self._busy = False
         self._stuck: Timer | None = None
+        self._mounting_since = 0.0
 
     @property
     def held(self) -> int:
@@ -96,9 +98,13 @@ class KeyGate:
         if not self._held or self._busy:
             return
         if not self._app.screen.is_mounted:  # a screen just pushed: its focus is not set yet
-            self._busy = True
-            self._app.set_timer(self.RETRY_S, self._retry)
-            return
+            now = time.monotonic()
+            self._mounting_since = self._mounting_since or now
+            if now - self._mounting_since < self.STUCK_S:  # (one that never mounts is given up on)
+                self._busy = True
+                self._app.set_timer(self.RETRY_S, self._retry)
+                return
+        self._mounting_since = 0.0
         event = self._held.popleft()
         self._seq += 1
         self._busy = True
