@@ -71,9 +71,9 @@ class NpyDirSource(_Model):
     glob: str = "*.npy"
     """Which files in it are inputs."""
     shape: Shape | None = None
-    """Expected shape of every input; when absent the first file's shape is taken."""
+    """Expected shape of every input; when absent each file's own shape is used (files of one shape batch together)."""
     dtype: Dtype | None = None
-    """Expected dtype of every input; when absent the first file's dtype is taken."""
+    """Expected dtype of every input; when absent each file's own dtype is used (one a spec could name)."""
 
 
 class CallableSource(_Model):

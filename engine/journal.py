@@ -34,7 +34,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.config import PipelineSpec
+from warpdeck.engine.spec_diff import mismatch_message
 from warpdeck.engine.tasks import State, TaskAttempt, TaskTable
 
 __all__ = [
@@ -95,10 +96,7 @@ class SpecMismatch(RunDirError):
     def __init__(self, run_dir: Path, journal: SpecIdentity, spec: SpecIdentity) -> None:
         self.journal = journal
         self.spec = spec
-        super().__init__(run_dir, (
-            f"{run_dir}: run directory was made by spec {journal.name!r} (identity {journal.digest[:12]}),"
-            f" not by spec {spec.name!r} ({spec.digest[:12]}); resume it with the spec that made it,"
-            " or pass another --run-dir"))
+        super().__init__(run_dir, mismatch_message(run_dir, journal, spec))
 
 
 class RunDirBusy(RunDirError):
@@ -122,6 +120,8 @@ class SpecIdentity:
 
     name: str
     digest: str
+    #: The JSON hashed into ``digest``, so a refusal can name the fields that differ ("": not stored).
+    spec: str = field(default="", compare=False)
 
 
 def spec_identity(spec: PipelineSpec) -> SpecIdentity:
@@ -130,7 +130,7 @@ def spec_identity(spec: PipelineSpec) -> SpecIdentity:
     for stage in data["stages"]:
         stage.pop("deadline_s", None)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return SpecIdentity(spec.name, hashlib.sha256(text.encode()).hexdigest())
+    return SpecIdentity(spec.name, hashlib.sha256(text.encode()).hexdigest(), text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +199,15 @@ class Journal:
             conn.executescript(_SCHEMA)
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
             if meta:
-                made_by = SpecIdentity(meta.get("spec_name", "?"), meta.get("spec_digest", "?"))
+                made_by = SpecIdentity(meta.get("spec_name", "?"), meta.get("spec_digest", "?"), meta.get("spec", ""))
                 if made_by != identity:
                     raise SpecMismatch(run_dir, made_by, identity)
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('spec', ?)", (identity.spec,))  # an older journal
                 _renumber_attempts(conn, meta.get("schema", SCHEMA_VERSION))
             else:
                 conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                     ("schema", SCHEMA_VERSION), ("spec_name", identity.name), ("spec_digest", identity.digest),
-                    ("created", repr(time.time()))])
+                    ("spec", identity.spec), ("created", repr(time.time()))])
             state = _read_state(conn, resumed=bool(meta))
         except BaseException:
             if conn is not None:

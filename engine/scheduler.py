@@ -49,6 +49,7 @@ from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id, merge_workers
 from warpdeck.engine.feeder import DepthTuner, Feeder
+from warpdeck.engine.input_errors import retryable
 from warpdeck.engine.journal import Journal, JournaledTable, ResumeState, spec_identity
 from warpdeck.engine.lanes import BatchRecord, Lane, NonFiniteOutput, StagePlan, format_exception, plan_stages
 from warpdeck.engine.leases import LeaseBook
@@ -69,7 +70,7 @@ from warpdeck.engine.snapshot import (
     TaskView,
     WorkerView,
 )
-from warpdeck.engine.sources import BatchKey, InputError, Source, TaskInput, open_source
+from warpdeck.engine.sources import BatchKey, Source, TaskInput, open_source
 from warpdeck.engine.task_keys import TaskKeys
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
 
@@ -401,8 +402,7 @@ class Engine:
         keep = [j for j, e in enumerate(errors) if e is None]
         for j, e in enumerate(errors):
             if e is not None:
-                row = np.array([batch.idx[j]], np.int64)
-                self._retry_or_fail(row, f"input: {e}", format_exception(e), retry=not isinstance(e, InputError))
+                self._retry_or_fail(batch.idx[j:j + 1], f"input: {e}", format_exception(e), retry=retryable(e))
         if not keep:
             self.leases.release(batch)
             self._inflight -= 1

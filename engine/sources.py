@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
+from warpdeck.engine.input_errors import InputError
+from warpdeck.engine.npy_inputs import dtype_problem, open_regular, read_header, usable
 
 __all__ = [
     "SAFE_KEY",
@@ -68,10 +70,6 @@ class TaskInput:
     handle: Any
     #: Set when enumeration already knows the input is unusable (unreadable header, say).
     error: str = ""
-
-
-class InputError(ValueError):
-    """An input that cannot be used (corrupt, truncated, wrong shape or dtype)."""
 
 
 class Source(Protocol):
@@ -157,16 +155,8 @@ class SyntheticSourceImpl:
         return [None] * len(items)
 
 
-def _read_header(path: Path) -> tuple[tuple[int, ...], np.dtype[Any], bool, int]:
-    with path.open("rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise InputError(f"unsupported .npy version {version}")
-        return tuple(shape), dtype, fortran, f.tell()
+#: The batching key of a task that fails on admission (it is never batched).
+_UNUSABLE = BatchKey("npy", (), "uint8")
 
 
 class NpyDirSourceImpl:
@@ -176,7 +166,9 @@ class NpyDirSourceImpl:
         self.spec = spec
         if not spec.path.is_dir():
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
-        self._files = sorted(p for p in spec.path.glob(spec.glob) if p.is_file())
+        # Everything the glob names is a task, so an odd entry fails visibly with its reason; only
+        # directories not named like an input are skipped (a recursive glob yields those it visits).
+        self._files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix == ".npy" or not p.is_dir())
         self.total: int | None = len(self._files)
         self._stems: frozenset[str] | None = None
 
@@ -204,13 +196,14 @@ class NpyDirSourceImpl:
                 yield TaskInput(path.stem, fixed, path)
                 continue
             try:
-                shape, dtype, _, _ = _read_header(path)
-            except Exception as exc:  # noqa: BLE001 - any unreadable header fails that task alone
-                yield TaskInput(path.stem, BatchKey("npy", (), "uint8"), path, f"unreadable .npy header: {exc}")
+                with open_regular(path) as f:
+                    header = read_header(path, f)
+                dtype = usable(path, header)
+            except InputError as exc:  # fails that task alone, on admission
+                yield TaskInput(path.stem, _UNUSABLE, path, f"input: {exc}")
                 continue
-            shape = tuple(self.spec.shape) if self.spec.shape is not None else shape
-            dt = self.spec.dtype or dtype.newbyteorder("=").name
-            yield TaskInput(path.stem, BatchKey("npy", shape, np.dtype(dt).name), path)
+            shape = tuple(self.spec.shape) if self.spec.shape is not None else header.shape
+            yield TaskInput(path.stem, BatchKey("npy", shape, self.spec.dtype or dtype.name), path)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         errors: list[BaseException | None] = []
@@ -225,32 +218,27 @@ class NpyDirSourceImpl:
     @staticmethod
     def _load_one(t: TaskInput, row: npt.NDArray[Any]) -> None:
         path: Path = t.handle
-        try:
-            shape, dtype, fortran, offset = _read_header(path)
-        except InputError:
-            raise
-        except Exception as exc:
-            raise InputError(f"{path.name}: corrupt .npy ({exc})") from exc
         want = t.batch_key
-        if shape != want.shape:
-            raise InputError(f"{path.name}: shape {list(shape)}, expected {list(want.shape)}")
-        if dtype.newbyteorder("=") != np.dtype(want.dtype):
-            raise InputError(f"{path.name}: dtype {dtype}, expected {want.dtype}")
-        if dtype.hasobject:
-            raise InputError(f"{path.name}: object arrays are refused")
-        with path.open("rb") as f:
-            f.seek(offset)
-            if fortran and len(shape) > 1:
-                flat = np.fromfile(f, dtype, int(np.prod(shape)))
+        with open_regular(path) as f:
+            h = read_header(path, f)
+            if h.dtype.hasobject:
+                raise InputError(str(path), dtype_problem(h.dtype))
+            if h.shape != want.shape:
+                raise InputError(str(path), f"shape {list(h.shape)}, expected {list(want.shape)}")
+            if h.dtype.newbyteorder("=") != np.dtype(want.dtype):
+                raise InputError(str(path), f"dtype {h.dtype}, expected {want.dtype}")
+            f.seek(h.offset)
+            if h.fortran and len(h.shape) > 1:
+                flat = np.fromfile(f, h.dtype, int(np.prod(h.shape)))
                 got = flat.nbytes
                 if got == want.nbytes:
-                    row[...] = flat.reshape(shape[::-1]).T
+                    row[...] = flat.reshape(h.shape[::-1]).T
             else:
                 got = f.readinto(row.reshape(-1).view(np.uint8).data)
-                if got == want.nbytes and not dtype.isnative:
+                if got == want.nbytes and not h.dtype.isnative:
                     row.byteswap(inplace=True)  # stored big-endian: the row holds native values
         if got != want.nbytes:
-            raise InputError(f"{path.name}: truncated ({got} of {want.nbytes} bytes)")
+            raise InputError(str(path), f"truncated ({got} of {want.nbytes} data bytes)")
 
 
 class IterableSource:
@@ -270,6 +258,7 @@ class IterableSource:
             err = "" if SAFE_KEY.match(key) else f"key {key[:40]!r} must be letters, digits, '.', '_' or '-'"
             if arr.dtype.hasobject:
                 err = err or "object arrays are refused"
+            err = err or dtype_problem(arr.dtype)
             yield TaskInput(key, BatchKey("array", tuple(arr.shape), arr.dtype.name), arr, err)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:

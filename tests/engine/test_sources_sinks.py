@@ -140,7 +140,7 @@ def test_npy_dir_enumeration_marks_an_unreadable_header(tmp_path: Path) -> None:
     (tmp_path / "junk.npy").write_bytes(b"this is not a numpy file at all")
     items = {t.key: t for t in npy_source(tmp_path).items()}
     assert items["good"].error == ""
-    assert items["junk"].error.startswith("unreadable .npy header")
+    assert items["junk"].error.startswith(f"input: {tmp_path / 'junk.npy'}: corrupt .npy header")
 
 
 def _bad_inputs(tmp_path: Path) -> tuple[NpyDirSourceImpl, dict[str, np.ndarray]]:
