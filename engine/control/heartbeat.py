@@ -40,7 +40,7 @@ from typing import Any
 import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.topics import Topics, check_name
 from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, WireError, decode, encode
 
@@ -188,7 +188,7 @@ class Heartbeater:
                     retain=True,
                 )
                 try:
-                    async with aiomqtt.Client(
+                    async with connection(
                         **self.address.client_kwargs(),
                         will=will,
                         keepalive=self.keepalive_s,

@@ -1,5 +1,13 @@
 """What every control-plane client shares: a thread with an event loop of its own, stopped from
-any thread, and reconnection with jittered exponential backoff (0.1 s doubling to 2 s)."""
+any thread, reconnection with jittered exponential backoff (0.1 s doubling to 2 s), and a
+connection whose end is always taken note of.
+
+aiomqtt sets a lost connection's exception on a future (``Client._disconnected``) that only its
+message iterator reads; a loop that leaves by another way (a publish that failed first, a stop)
+never reads it, and asyncio prints "Future exception was never retrieved" with the error on
+stderr when the client is collected. ``connection`` reads it on the way out: the reconnect loop
+has already handled that error (an ``MqttError``) or is stopping.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,12 @@ import asyncio
 import contextlib
 import random
 import threading
+from collections.abc import AsyncIterator
+from typing import Any
 
-__all__ = ["FIRST_BACKOFF_S", "stop_loop_thread", "wait_backoff"]
+import aiomqtt
+
+__all__ = ["FIRST_BACKOFF_S", "connection", "stop_loop_thread", "wait_backoff"]
 
 FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
@@ -34,3 +46,17 @@ async def wait_backoff(stopping: asyncio.Event, backoff: float) -> float:
         async with asyncio.timeout(backoff * _JITTER.uniform(0.5, 1.0)):
             await stopping.wait()
     return min(_MAX_BACKOFF_S, backoff * 2)
+
+
+@contextlib.asynccontextmanager
+async def connection(**kwargs: Any) -> AsyncIterator[aiomqtt.Client]:
+    """``async with aiomqtt.Client(**kwargs)``, retrieving the lost connection's exception on exit
+    (see the module's docstring); whatever the block raises still propagates."""
+    client = aiomqtt.Client(**kwargs)
+    try:
+        async with client:
+            yield client
+    finally:
+        ended = getattr(client, "_disconnected", None)
+        if isinstance(ended, asyncio.Future) and ended.done() and not ended.cancelled():
+            ended.exception()  # marks it retrieved

@@ -40,7 +40,7 @@ from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.lag import InputLag
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.signing import CommandRefused, Verifier
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
@@ -231,7 +231,7 @@ class ControlPlane:
         while not stopping.is_set():
             will = aiomqtt.Will(self.topics.engine_state, offline, qos=1, retain=True)
             try:
-                async with aiomqtt.Client(
+                async with connection(
                     **self.address.client_kwargs(),
                     will=will,
                     keepalive=5,

@@ -27,7 +27,7 @@ import aiomqtt
 
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
@@ -115,7 +115,7 @@ class RemoteEngine:
         backoff = FIRST_BACKOFF_S
         while not stopping.is_set():
             try:
-                async with aiomqtt.Client(**self.address.client_kwargs(), keepalive=5,
+                async with connection(**self.address.client_kwargs(), keepalive=5,
                                           max_queued_incoming_messages=10_000) as client:
                     await client.subscribe([(self.topics.telemetry, 0), (self.topics.events, 1),
                                             (self.topics.engine_state, 1)])

@@ -22,7 +22,15 @@ subscriber took 9 to 15 % of a core at that rate, more than the monitor's whole 
 This reaches into aiomqtt's and paho's internals (``Client._client``, ``Client._disconnected``,
 ``paho.Client._sock_recv``, ``loop_read``); the dependency pins ``aiomqtt<3``, and where those names
 are missing ``read_in_batches`` changes nothing and returns False, so messages still arrive through
-aiomqtt's own path. The tests assert that it is in force with the installed versions.
+aiomqtt's own path. The tests assert that it is in force with the installed versions. Should one of
+them fail while the connection runs (anything but the connection's own ``OSError``), the reader
+logs it once and hands this connection back to aiomqtt's way of reading (``fell_back``).
+
+It also registers paho's writer itself: aiomqtt adds it with ``call_soon_threadsafe``, and a
+connection that breaks before that callback runs has its socket closed under it (``add_writer`` on a
+closed descriptor raised ``EBADF`` into the loop's handler, a traceback on stderr; on a reused
+descriptor it would have watched another connection's socket). The writer is added only while the
+socket is still paho's own.
 """
 
 from __future__ import annotations
@@ -66,6 +74,8 @@ class BatchedReader:
         #: QoS 0 PUBLISH packets are parsed here (MQTT 3.1 and 3.1.1 only: 5 adds properties).
         self._fast = self.paho._protocol in (paho.MQTTv31, paho.MQTTv311)
         self._timer: asyncio.TimerHandle | None = None
+        #: Set when a paho internal failed at run time: this connection reads through aiomqtt's path.
+        self.fell_back: BaseException | None = None
         #: Wake-ups, system reads and packets so far, and the packets parsed here without paho.
         self.wakeups = 0
         self.reads = 0
@@ -91,6 +101,9 @@ class BatchedReader:
         """paho's ``_sock_recv``: serve ``n`` bytes at most from the buffer, refilling it with one
         read when it is empty. b"" means the peer closed; BlockingIOError that nothing is there."""
         if self._pos >= len(self._buf):
+            if self.fell_back is not None:  # the buffer is served: paho reads for itself from now on
+                self.paho._sock_recv = self._raw_recv
+                return self._raw_recv(n)
             data = self._refill()
             if not data:
                 return data
@@ -105,26 +118,80 @@ class BatchedReader:
 
     # -- the loop's side -----------------------------------------------------------------------------
     def install(self) -> None:
+        self._aio_on_message = self.paho.on_message
+        self._aio_register_write = self.paho.on_socket_register_write
         self.paho._sock_recv = self.recv
         self.paho.on_message = self.on_message
+        self.paho.on_socket_register_write = self._register_write
         self.loop.remove_reader(self.fd)
         self.loop.add_reader(self.fd, self._on_readable)
 
     def _connected(self) -> bool:
         return self.paho._sock is self.sock
 
+    def _broken(self, exc: BaseException) -> None:
+        """As aiomqtt's own reader and writer: an exception out of paho ends the connection."""
+        disconnected = self.aclient._disconnected
+        if not disconnected.done():
+            disconnected.set_exception(exc)
+
+    def _register_write(self, _client: Any, _userdata: Any, sock: Any) -> None:
+        # paho calls this from whichever thread publishes: add the writer on the loop, later.
+        self.loop.call_soon_threadsafe(self._add_writer, sock)
+
+    def _add_writer(self, sock: Any) -> None:
+        # Between the call above and now the connection may have broken and paho closed the socket
+        # (its unregister found no writer to remove): then there is nothing to write to.
+        if self.paho._sock is not sock or sock.fileno() < 0:
+            return
+        self.loop.add_writer(sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            self.paho.loop_write()
+        except Exception as exc:  # noqa: BLE001 - as aiomqtt's own writer: a broken connection
+            self._broken(exc)
+
     def _on_readable(self) -> None:
         self.wakeups += 1
         self.loop.remove_reader(self.fd)
         try:
             self.drain()
-        except Exception as exc:  # noqa: BLE001 - as aiomqtt's own reader: a broken connection
-            disconnected = self.aclient._disconnected
-            if not disconnected.done():
-                disconnected.set_exception(exc)
+        except OSError as exc:  # the connection itself, not our reading of it
+            self._broken(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - an internal we rely on failed: read as aiomqtt does
+            self._fall_back(exc)
             return
         if self._connected():
             self._timer = self.loop.call_later(self.every_s, self._listen)
+
+    def _fall_back(self, exc: BaseException) -> None:
+        """Hand this connection back to aiomqtt's way of reading, after whatever is buffered."""
+        _log.warning("batched MQTT reads failed (%r); this connection reads through aiomqtt", exc)
+        self.fell_back = exc
+        self.close()
+        self.paho.on_message = self._aio_on_message
+        self.paho.on_socket_register_write = self._aio_register_write
+        if self._pos >= len(self._buf):
+            self.paho._sock_recv = self._raw_recv
+        if self._connected():
+            self.loop.add_reader(self.fd, self._read_plain)
+            self._read_plain()
+
+    def _read_plain(self) -> None:
+        """aiomqtt's reader: one ``loop_read`` per wake-up (and until our buffer is served)."""
+        try:
+            while True:
+                self.paho.loop_read()
+                if self._pos < len(self._buf) and self._connected():
+                    continue
+                pending = getattr(self.paho._sock, "pending", None)  # TLS: decoded bytes not yet read
+                if pending is not None and pending() > 0:
+                    continue
+                break
+        except Exception as exc:  # noqa: BLE001 - as aiomqtt's own reader: a broken connection
+            self._broken(exc)
 
     def _listen(self) -> None:
         self._timer = None
@@ -159,6 +226,8 @@ class BatchedReader:
                     return False  # closed: paho's read reports it
             except BlockingIOError:
                 return None
+            except OSError:
+                return False  # reset: paho's read meets it too, closes the socket and says so
             buf, pos, n = self._buf, 0, len(self._buf)
         b0 = buf[pos]
         if b0 & 0xFE != _PUBLISH_QOS0:  # PUBLISH, QoS 0, not dup (the retain bit may be set)
