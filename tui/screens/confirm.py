@@ -64,9 +64,10 @@ class ConfirmScreen(ModalScreen[bool]):
     async def _ask_again(self) -> None:
         assert self._describe is not None
         question = await self._describe()
-        if question != self.question and self.is_attached:
+        labels = self.query("#question")  # none once the dialog was answered during the wait
+        if question != self.question and labels:
             self.question = question
-            self.query_one("#question", Label).update(question)
+            labels.first(Label).update(question)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#yes", Button).disabled = event.value != self.type_to_confirm

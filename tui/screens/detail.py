@@ -82,5 +82,6 @@ class DetailScreen(ModalScreen[None]):
     async def reload(self) -> None:
         """Ask the link for the task's detail and show it."""
         detail = await self.app.link.detail(self.key)  # type: ignore[attr-defined]
-        body = self.query_one("#detail-body", Static)
-        body.update(render_detail(detail) if detail is not None else f"no task {self.key!r}")
+        bodies = self.query("#detail-body")  # none once the screen was closed during the wait (the key fuzz)
+        if bodies:
+            bodies.first(Static).update(render_detail(detail) if detail is not None else f"no task {self.key!r}")
