@@ -50,9 +50,10 @@ from warpdeck.engine.snapshot import (
     WorkerView,
 )
 from warpdeck.engine.sources import IterableSource, Source
-from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
+from warpdeck.engine.tasks import ALL_QUARANTINED, Phase, StallReason, State, TaskAttempt
 
 __all__ = [
+    "ALL_QUARANTINED",
     "COMMAND_ADAPTER",
     "EXIT_STATUS_HELP",
     "Backend",

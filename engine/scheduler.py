@@ -72,7 +72,7 @@ from warpdeck.engine.snapshot import (
 )
 from warpdeck.engine.sources import BatchKey, Source, TaskInput, open_source
 from warpdeck.engine.task_keys import TaskKeys
-from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
+from warpdeck.engine.tasks import ALL_QUARANTINED, RUN_PHASES, Phase, StallReason, State
 
 if TYPE_CHECKING:
     from warpdeck.engine.scaleout.dispatch import RayLane
@@ -591,7 +591,7 @@ class Engine:
         # With every local worker quarantined, the waiting tasks are stalled by the operator.
         pending = np.array(self.ready.pending(), np.int64)
         if all(w in self.quarantined for w in self.worker_ids):
-            self.table.set_stall(pending, StallReason.CONTROL, "every worker quarantined")
+            self.table.set_stall(pending, StallReason.CONTROL, ALL_QUARANTINED)
         elif not self.feeder.paused:
             self.table.clear_stall(pending)
         if isinstance(cmd, Quarantine):

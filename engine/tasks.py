@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ALL_QUARANTINED",
     "ATTEMPT_OUTCOMES",
     "IllegalTransition",
     "Phase",
@@ -72,6 +73,11 @@ class StallReason(enum.IntEnum):
     BACKPRESSURE = 3
     WORKER_LOST = 4
     HUNG = 5
+
+
+#: The control stall's note on tasks that cannot start because every worker is quarantined (the
+#: control room names that state from it).
+ALL_QUARANTINED = "every worker quarantined"
 
 
 class IllegalTransition(ValueError):

@@ -14,14 +14,12 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from warpdeck.engine.api import EngineSnapshot
+from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot
 from warpdeck.tui.fit import Part, count_forms, fit_parts
 
 __all__ = ["StatusBar", "run_state"]
 
 _SCREENS = (("board", "1 Board"), ("workers", "2 Workers"), ("timeline", "3 Timeline"))
-#: The stall note the engine gives the tasks it cannot start because every worker is quarantined.
-QUARANTINE_NOTE = "every worker quarantined"
 _GAP = "  "
 
 
@@ -34,8 +32,8 @@ def run_state(snap: EngineSnapshot) -> tuple[str, str]:
         return "⏸", "paused"
     workers = snap.workers
     if (workers and all(w.state == "quarantined" for w in workers)) or any(
-            s.note == QUARANTINE_NOTE for s in snap.stalled):
-        return "⚠", f"stalled: {QUARANTINE_NOTE}"
+            s.note == ALL_QUARANTINED for s in snap.stalled):
+        return "⚠", f"stalled: {ALL_QUARANTINED}"
     if snap.feeder.state == "draining":
         return "⇣", "draining"
     return ("●", "running") if snap.status == "running" else ("○", snap.status)
