@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker, parse_broker
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id
 
@@ -53,3 +54,19 @@ def test_topics_are_built_and_parsed_in_one_place() -> None:
 def test_the_local_worker_id_is_a_topic_level() -> None:
     wid = local_worker_id("gpu node/3", "NVIDIA H100 80GB HBM3 #0")
     assert Topics("p").worker(wid, "hb")
+
+
+def test_an_embedded_brokers_shutdown_leaves_no_warning_but_keeps_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    """amqtt warns that messages were not broadcast when a run's last publishes meet its stop;
+    that is the end of the run, not a fault, and could reach the terminal after the run log closed."""
+    broker = EmbeddedBroker()
+    broker.start()
+    try:
+        amqtt_log = logging.getLogger("amqtt.broker")
+        with caplog.at_level(logging.WARNING):
+            amqtt_log.warning("%d messages not broadcasted", 1)
+            amqtt_log.warning("Failed to cleanly shutdown broadcast loop within 5 seconds")
+            amqtt_log.warning("a listener failed")
+    finally:
+        broker.stop()
+    assert [r.getMessage() for r in caplog.records if r.name == "amqtt.broker"] == ["a listener failed"]
