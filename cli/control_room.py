@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from warpdeck.cli.run_log import LOG_NAME
 from warpdeck.engine.api import ControlSettings, EngineSnapshot, PipelineSpec, RunReport
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
@@ -53,7 +54,7 @@ def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = N
     the app draws nowhere (tests)."""
     link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
     link.open()
-    app = WarpdeckApp(link, theme=theme, log_path=run_dir / "control-room.log")
+    app = WarpdeckApp(link, theme=theme, log_path=run_dir / LOG_NAME)
     try:
         app.run(headless=headless)
         if app.crash is not None and not link.wait(0):

@@ -21,7 +21,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from warpdeck.engine.api import ControlSettings, Engine, EngineSnapshot, PipelineSpec, RunReport
+from warpdeck.engine.api import (
+    UNAUTHENTICATED,
+    ControlSettings,
+    Engine,
+    EngineSnapshot,
+    OutageView,
+    PipelineSpec,
+    RunReport,
+)
 
 __all__ = ["render_snapshot", "run_headless", "summary_table"]
 
@@ -76,12 +84,12 @@ def summary_table(report: RunReport) -> Table:
     t.add_row("stalls", "  ".join(f"{k} {v:.2f}s" for k, v in report.stall_s.items() if v) or "none")
     t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
     t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
-    c = report.control
-    if c is not None:
-        refused = sum(c.commands_refused.values())
-        t.add_row("control plane", f"{c.broker or 'no broker'}: {c.commands_applied} command(s) applied, {refused} "
-                  f"refused, {sum(c.dropped.values())} message(s) dropped, {len(c.workers_lost)} worker(s) lost"
-                  + (f" ({c.error})" if c.error else ""))
+    control = report.control
+    if control is not None:
+        refused = sum(control.commands_refused.values())
+        t.add_row("control plane", f"{control.broker or 'no broker'}: {control.commands_applied} command(s) applied, "
+                  f"{refused} refused, {sum(control.dropped.values())} message(s) dropped, "
+                  f"{len(control.workers_lost)} worker(s) lost" + (f" ({control.error})" if control.error else ""))
     for fail in report.failures[:_SHOWN_FAILURES]:
         t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
     if len(report.failures) > _SHOWN_FAILURES:
@@ -93,6 +101,8 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
                        retry_failed: bool = False, journal: bool | None = None,
                        control: ControlSettings | None = None) -> RunReport:
     """Run the engine with a live display (when ``live``) and print the summary."""
+    if control is not None and control.secret is None:
+        console.print(f"note: {UNAUTHENTICATED}", markup=False, highlight=False, soft_wrap=True)
     with _stop_signals() as stopping:
         async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
             # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
@@ -118,11 +128,42 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
 
 
 async def _watch(engine: Engine, console: Console, live: bool) -> RunReport:
+    outages = OutageLines(console)
     if live:
         with Live(console=console, refresh_per_second=8, transient=False) as view:
             async for snap in engine.publisher.stream():
+                outages.see(snap)
                 view.update(render_snapshot(snap))
+    else:
+        async for snap in engine.publisher.stream():
+            outages.see(snap)
     return await engine.wait()
+
+
+class OutageLines:
+    """One line when an outage begins and one when it ends (or stops the run), whatever the display."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._now: OutageView | None = None
+        self._t = 0.0
+
+    def see(self, snap: EngineSnapshot) -> None:
+        running = snap.status == "running"
+        view, was = snap.outage if running else None, self._now
+        if view is not None and was is None:
+            limit = f"stopping after {view.timeout_s:g} s" if view.timeout_s else "stopping now"
+            self._say(f"outage: {view.reason}; holding the run (nothing fails), {limit} if it lasts")
+        elif view is None and was is not None:
+            if running:
+                self._say(f"outage over after {snap.t - was.since:.1f} s: carrying on")
+            else:
+                self._say(f"outage lasted {snap.t - was.since:.1f} s: the run stopped; fix the disk and run the "
+                          "same command again to finish it")
+        self._now = view
+
+    def _say(self, line: str) -> None:
+        self._console.print(line, markup=False, highlight=False)
 
 
 @contextlib.contextmanager

@@ -11,9 +11,14 @@ Exit status of ``run`` and ``demo``, headless or under the control room (decided
 3     drained by the operator: nothing more admitted, what was admitted finished, nothing failed
 4     stopped before the end: the operator quit the control room with work running, SIGINT or
       SIGTERM, or the engine stopped; the same command again resumes the run and finishes it
+5     stopped by an outage: the disk of the outputs or the journal stayed full, read-only or
+      failing for ``[faults] outage_timeout_s``; nothing was marked failed; once the disk is
+      fixed, the same command again finishes the run
+6     the journal could not be written (the run stopped at once, or its run directory could not
+      be opened); the same command again resumes once its disk is fixed
 ====  =====================================================================================
 
-Where two apply, stopped (4) beats failed or cancelled (1), which beats drained (3).
+Where two apply, the higher of 6, 5 and 4 wins, then failed or cancelled (1), then drained (3).
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import asyncio
 import importlib.metadata
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from warpdeck.cli.run_log import LOG_NAME, RunLog
 from warpdeck.engine.api import (
     EXIT_STATUS_HELP,
     BackendError,
@@ -41,6 +48,9 @@ from warpdeck.engine.api import (
     parse_broker,
     parse_spec,
 )
+
+if TYPE_CHECKING:
+    from warpdeck.tui.link import Link
 
 __all__ = ["main"]
 
@@ -141,27 +151,42 @@ def main(argv: list[str] | None = None) -> int:
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
     journal = False if args.command == "demo" and args.run_dir is None else None
     if not args.headless:
-        if sys.stdin.isatty() and sys.stdout.isatty():
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            err.print("warpdeck: not a terminal, so no control room; running headless (--headless says so).")
+        elif (unfit := _textual_unfit()) is not None:
+            err.print(f"warpdeck: {unfit}; running headless", markup=False, highlight=False)
+        else:
             return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err)
-        err.print("warpdeck: not a terminal, so no control room; running headless (--headless says so).")
     console = Console(stderr=False)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
 
     try:
-        report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
-                                          retry_failed=retry_failed, journal=journal, control=control))
-    except JournalError as exc:  # the run went, but its journal could not keep up: not a usage error
+        with RunLog(run_dir / LOG_NAME).installed():
+            report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
+                                              retry_failed=retry_failed, journal=journal, control=control))
+    except JournalError as exc:  # the run directory's disk refused the journal: not a usage error
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.STOPPED
+        return ExitStatus.JOURNAL
     except (BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.USAGE
     except KeyboardInterrupt:  # a second Ctrl-C while the run was stopping, or one before it began
         err.print("interrupted")
         return ExitStatus.STOPPED
-    _write_report(report, args.json)
+    _write_report(report, args.json, err)
     _closing_note(report, err)
     return report.exit_code
+
+
+def _textual_unfit() -> str | None:
+    """Why the control room cannot run on the installed Textual, or None (tui/textual_internals.py)."""
+    from warpdeck.tui.textual_internals import check  # noqa: PLC0415 - Textual loads only for a control room
+
+    try:
+        check()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 def _remote(args: argparse.Namespace, err: Console) -> int:
@@ -169,9 +194,13 @@ def _remote(args: argparse.Namespace, err: Console) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err.print(f"warpdeck {args.command}: the control room needs a terminal")
         return ExitStatus.USAGE
+    if (unfit := _textual_unfit()) is not None:
+        err.print(f"error: {unfit}", markup=False, highlight=False)
+        return ExitStatus.USAGE
     from warpdeck.cli.control_room import UnknownTheme, check_theme, run_remote  # noqa: PLC0415 - Textual loads only here
     from warpdeck.tui.attach import AttachLink, replay_link  # noqa: PLC0415
 
+    link: Link
     try:
         check_theme(args.theme)
         if args.command == "replay":
@@ -205,18 +234,20 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
 
     try:
         check_theme(theme)
-        report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
-                                  control=control)
+        log = RunLog(run_dir / LOG_NAME)
+        with log.installed(), log.held():  # the terminal is the app's until it closes
+            report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
+                                      control=control)
     except JournalError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.STOPPED
+        return ExitStatus.JOURNAL
     except (UnknownTheme, BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.USAGE
     if report is None:
         err.print("the engine stopped before it could report")
         return ExitStatus.STOPPED
-    _write_report(report, json_path)
+    _write_report(report, json_path, err)
     # The status comes from the report (quitting with work running leaves it "stopped": 4), never
     # from how the app closed.
     Console().print(f"{spec.name}: {report.status}, {report.counts.done:,} done, {report.counts.failed:,} failed, "
@@ -226,19 +257,35 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
 
 
 def _closing_note(report: RunReport, err: Console) -> None:
-    """After a run that stopped before the end, how to finish it."""
-    if report.exit_code != ExitStatus.STOPPED:
+    """After a run that stopped before the end, why and how to finish it."""
+    code = report.exit_code
+    if code not in (ExitStatus.STOPPED, ExitStatus.OUTAGE, ExitStatus.JOURNAL):
         return
     c = report.counts
     how = ("run the same command again to resume and finish it" if report.resume is not None else
            "it kept no journal (give it a --run-dir to keep one): running it again starts over")
-    err.print(f"{report.pipeline}: stopped before the end, {c.done:,} done; {how}", markup=False, highlight=False)
+    why = "stopped before the end"
+    if code == ExitStatus.OUTAGE and report.outages is not None:
+        why = f"stopped by an outage ({report.outages.last}); nothing failed"
+        how = f"once the disk is fixed, {how}"
+    elif code == ExitStatus.JOURNAL:
+        why = f"stopped: {report.journal_error}"
+        how = f"once its disk is fixed, {how}"
+    err.print(f"{report.pipeline}: {why}, {c.done:,} done; {how}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _write_report(report: RunReport, path: Path | None) -> None:
-    if path is not None:
+def _write_report(report: RunReport, path: Path | None, err: Console) -> None:
+    """Write the JSON report; where its path is unwritable, say so and put the summary on stderr."""
+    if path is None:
+        return
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    except OSError as exc:
+        c = report.counts
+        err.print(f"error: cannot write the report to {path}: {exc.strerror or exc}; the run {report.status}, "
+                  f"{c.done:,} done, {c.failed:,} failed, {c.cancelled:,} cancelled, {c.queued + c.running:,} left "
+                  f"(exit status {int(report.exit_code)})", markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

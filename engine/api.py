@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from warpdeck.engine.backends import Backend, BackendError, select_backend
+from warpdeck.engine.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
 from warpdeck.engine.commands import (
     COMMAND_ADAPTER,
     Cancel,
@@ -29,11 +30,13 @@ from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
+from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
 from warpdeck.engine.journal import JournalError, RunDirError, SpecMismatch
-from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
-from warpdeck.engine.report import EXIT_STATUS_HELP, ExitStatus, RunReport
-from warpdeck.engine.scheduler import Engine
+from warpdeck.engine.outage import OutageView
+from warpdeck.engine.records import BatchRecord
+from warpdeck.engine.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
+from warpdeck.engine.run import Engine
 from warpdeck.engine.sinks import Sink
 from warpdeck.engine.snapshot import (
     ControlView,
@@ -54,8 +57,15 @@ from warpdeck.engine.tasks import ALL_QUARANTINED, Phase, StallReason, State, Ta
 
 __all__ = [
     "ALL_QUARANTINED",
+    "CANCELLED",
+    "COLUMN_CODES",
     "COMMAND_ADAPTER",
+    "DONE",
     "EXIT_STATUS_HELP",
+    "FAILED",
+    "NOWHERE",
+    "STALLED",
+    "UNAUTHENTICATED",
     "Backend",
     "BackendError",
     "BatchRecord",
@@ -75,12 +85,14 @@ __all__ = [
     "IterableSource",
     "JournalError",
     "LaneView",
+    "OutageView",
     "Pause",
     "Phase",
     "PipelineSpec",
     "Quarantine",
     "Release",
     "RemoteEngine",
+    "ReportOutages",
     "RequeueStalled",
     "Resume",
     "RetryFailed",
@@ -102,6 +114,7 @@ __all__ = [
     "TaskFailure",
     "TaskView",
     "WorkerView",
+    "column_codes",
     "load_secret",
     "load_spec",
     "parse_broker",

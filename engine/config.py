@@ -21,6 +21,7 @@ __all__ = [
     "CallableSink",
     "CallableSource",
     "ExecutorSpec",
+    "FaultsSpec",
     "FeederSpec",
     "NpyDirSink",
     "NpyDirSource",
@@ -150,6 +151,14 @@ class FeederSpec(_Model):
         return self
 
 
+class FaultsSpec(_Model):
+    """What the engine does when the machine, not a task, fails (docs/reliability.md)."""
+
+    outage_timeout_s: float = Field(default=600.0, ge=0, allow_inf_nan=False)
+    """How long an outage (the outputs' or the journal's disk full, read-only or failing) may last
+    before the run stops with nothing marked failed; 0 stops at once."""
+
+
 class ExecutorSpec(_Model):
     """Where batches run: in this process, or on Ray actors (one long-lived actor per GPU, each a
     worker with its own lanes and its own heartbeat). ``executor = "ray"`` is short for
@@ -206,6 +215,8 @@ class PipelineSpec(_Model):
     """A partial batch is sent after waiting this long for more tasks of its key."""
     executor: Annotated[ExecutorSpec, BeforeValidator(_executor_shorthand)] = ExecutorSpec()
     """Where batches run (``local`` or ``ray``); a string is taken as the kind."""
+    faults: FaultsSpec = FaultsSpec()
+    """How outages are ridden out."""
     nonfinite: Literal["flag", "fail", "allow"] = "flag"
     """What a NaN or infinity in a task's final output does: ``flag`` writes it and finishes the
     task marked as suspect (task detail and report say how many values); ``fail`` fails the task
@@ -312,6 +323,10 @@ def load_spec(path: str | Path) -> PipelineSpec:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(str(p), [SpecIssue("(file)", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise SpecError(str(p), [SpecIssue("(file)", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line "
+                                                     f"{line}); a spec is TOML, which is UTF-8")]) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

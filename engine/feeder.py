@@ -7,7 +7,7 @@ The decisions this module protects:
   to the low watermark, so a slow sink does not pile admitted work up behind it.
 - Operator control (pause, drain) is state here; the dispatcher and lanes read it.
 - A task the operator cancelled before it was admitted (``withheld``) enters the table but never the
-  ready queue; the scheduler records it cancelled (``cancelled_on_admit``), so it never runs.
+  ready queue; the engine records it cancelled (``cancelled_on_admit``), so it never runs.
 - Prefetch depth is tuned the way tf.data's AUTOTUNE tunes buffers: grow a lane's slot ring while
   its bottleneck phase sits idle (jitter the ring could absorb) and the memory budget allows.
 """
@@ -24,10 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.batching import ReadyQueue
+from warpdeck.engine.config import PipelineSpec
 from warpdeck.engine.sources import Source, TaskInput
 from warpdeck.engine.tasks import TaskTable
 
-__all__ = ["DepthTuner", "Feeder", "FeederState", "TunerDecision"]
+__all__ = ["DepthTuner", "Feeder", "FeederState", "TunerDecision", "feeder_watermarks"]
 
 
 class FeederState(enum.StrEnum):
@@ -37,8 +38,19 @@ class FeederState(enum.StrEnum):
     FULL = "full"
     BACKPRESSURE = "backpressure"
     PAUSED = "paused"
+    OUTAGE = "outage"
     DRAINING = "draining"
     EXHAUSTED = "exhausted"
+
+
+def feeder_watermarks(spec: PipelineSpec, lanes: int | None = None) -> tuple[int, int]:
+    """The ready queue's watermarks: the spec's, or 2 and 8 batches per lane, always low < high."""
+    batch = spec.batch_size * (spec.lanes if lanes is None else lanes)
+    low, high = spec.feeder.low_watermark, spec.feeder.high_watermark
+    if high is None:
+        low = low or 2 * batch
+        return low, max(low + 1, 8 * batch)
+    return (low or max(1, min(2 * batch, high // 4))), high
 
 
 class Feeder:
@@ -56,6 +68,8 @@ class Feeder:
         self.high = high
         self.handles: dict[int, TaskInput] = {}
         self.paused = False
+        #: An outage (a full or read-only disk): nothing is admitted until it passes.
+        self.held = False
         self.draining = False
         self.exhausted = False
         self.backpressure = False
@@ -67,7 +81,7 @@ class Feeder:
         #: Called with the new rows before they are queued (a resumed run restores attempts).
         self.prepare = prepare
         self.failed_on_admit: list[tuple[int, str]] = []
-        #: Keys cancelled before admission (the scheduler's, shared); each is taken out when admitted.
+        #: Keys cancelled before admission (the engine's, shared); each is taken out when admitted.
         self.withheld: set[str] = set()
         self.cancelled_on_admit: list[int] = []
 
@@ -77,6 +91,8 @@ class Feeder:
             return FeederState.DRAINING
         if self.paused:
             return FeederState.PAUSED
+        if self.held:
+            return FeederState.OUTAGE
         if self.exhausted:
             return FeederState.EXHAUSTED
         if self.backpressure:
@@ -90,7 +106,7 @@ class Feeder:
 
     def wanted(self) -> int:
         """How many tasks to pull now: none above the low watermark, else up to the target."""
-        if self.exhausted or self.draining:
+        if self.exhausted or self.draining or self.held:
             return 0
         n = len(self.ready)
         return self.target - n if n <= self.low else 0

@@ -5,7 +5,7 @@ The decisions this module protects:
   batch's row indices as one NumPy array), so a state change costs the loop one queue put per
   batch, never a disk write. The thread turns records into ``executemany`` calls and commits at
   most every ``interval`` seconds, and once more at close.
-- A done row means the output exists. The scheduler marks a task done only after the sink
+- A done row means the output exists. The dispatcher marks a task done only after the sink
   returned (the npy sink has renamed the file by then), records reach the queue in the order the
   table changed, and one thread applies them in that order: a committed done never precedes its
   output. The reverse can happen (output renamed, done not yet committed); resume handles that by
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -42,14 +43,14 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.config import PipelineSpec
+from warpdeck.engine.outage import Outage, OutageAbandoned, environment_cause
 from warpdeck.engine.spec_diff import mismatch_message
-from warpdeck.engine.tasks import State, TaskAttempt, TaskTable
+from warpdeck.engine.tasks import State, TaskAttempt
 
 __all__ = [
     "JOURNAL_NAME",
     "Journal",
     "JournalError",
-    "JournaledTable",
     "PriorTask",
     "ResumeState",
     "RunDirBusy",
@@ -65,7 +66,8 @@ LOCK_NAME = "journal.lock"
 SCHEMA_VERSION = "2"
 
 #: Fields that tune how a run goes but not what it produces; they may change between resumes.
-_TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor"}
+_TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor",
+           "faults"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -167,8 +169,12 @@ class Journal:
         self.run_dir = run_dir
         self.path = run_dir / JOURNAL_NAME
         self.interval = interval
+        #: The write that failed for good: the engine stops on it, ``close`` raises it.
         self.error: BaseException | None = None
         self.commits = 0
+        #: Where environment errors (a full or read-only disk) hold the writes instead of failing
+        #: them; None: they fail the journal at once.
+        self.outage: Outage | None = None
         self._conn = conn
         self._lock_fd = lock_fd
         self._keys: Sequence[str] = ()
@@ -183,7 +189,17 @@ class Journal:
     @classmethod
     def open(cls, run_dir: Path, identity: SpecIdentity, interval: float = 0.05) -> tuple[Journal, ResumeState]:
         """Lock ``run_dir``, open (or create) its journal, check it was made by ``identity``'s spec
-        and read what a resume needs. Raises ``RunDirBusy`` or ``SpecMismatch``."""
+        and read what a resume needs. Raises ``RunDirBusy``, ``SpecMismatch``, or ``JournalError``
+        where the disk refuses (full, read-only, failing)."""
+        try:
+            return cls._open(run_dir, identity, interval)
+        except (OSError, sqlite3.Error) as exc:
+            if environment_cause(exc) is None:
+                raise
+            raise JournalError(run_dir, exc) from exc
+
+    @classmethod
+    def _open(cls, run_dir: Path, identity: SpecIdentity, interval: float) -> tuple[Journal, ResumeState]:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -302,19 +318,31 @@ class Journal:
             ops = [op for op in batch if op is not _STOP and op[0] != "flush"]
             if ops and self.error is None:
                 try:
-                    self._apply(ops)
+                    if self.outage is None:
+                        self._apply(ops)
+                    else:  # a full or read-only disk holds the records (in order) until it passes
+                        self.outage.retry("journal", f"{self.run_dir}{os.sep}", functools.partial(self._apply, ops))
                     self.commits += 1
-                except (sqlite3.Error, OSError) as exc:
-                    # Keep draining so the loop never blocks; close() reports the loss.
+                except (sqlite3.Error, OSError, OutageAbandoned) as exc:
+                    # Keep draining so the loop never blocks; the engine stops on it (``error``),
+                    # close() reports the loss.
                     self.error = exc
-                    if self._conn.in_transaction:
-                        self._conn.rollback()
             for ev in flushes:
                 ev.set()
             if any(op is _STOP for op in batch):
                 return
 
     def _apply(self, ops: list[tuple[Any, ...]]) -> None:
+        """Commit ``ops`` in one transaction, or nothing (rolled back, so they can be tried again)."""
+        try:
+            self._apply_ops(ops)
+        except BaseException:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.rollback()
+            raise
+
+    def _apply_ops(self, ops: list[tuple[Any, ...]]) -> None:
         c = self._conn
         keys = self._keys
         now = time.time()
@@ -395,56 +423,3 @@ def _tasks(conn: sqlite3.Connection, where: str, args: tuple[str, ...] = ()) -> 
     return {key: PriorTask(key, State(state), attempts, error, tb, tuple(history.get(key, ())))
             for key, state, attempts, error, tb in conn.execute(
                 f"SELECT key, state, attempts, error, traceback FROM tasks t WHERE {where}", args)}
-
-
-class JournaledTable(TaskTable):
-    """A task table that records each accepted transition in ``journal`` (when one is attached).
-
-    Hot transitions (admit, start, done) record one array of rows per call; rare ones (fail,
-    cancel, new attempt) record keys and reasons, looked up per row.
-    """
-
-    journal: Journal | None = None
-
-    def attach(self, journal: Journal) -> None:
-        """Start recording into ``journal``."""
-        journal.attach(self.keys)
-        self.journal = journal
-
-    def add(self, keys: Sequence[str], nbytes: int | Sequence[int] = 0) -> npt.NDArray[np.int64]:
-        idx = super().add(keys, nbytes)
-        if self.journal is not None:
-            self.journal.admitted(idx)
-        return idx
-
-    def start(self, idx: npt.NDArray[np.int64], batch_id: int) -> None:
-        super().start(idx, batch_id)
-        if self.journal is not None:
-            self.journal.started(idx.copy(), batch_id, self.attempt[idx])
-
-    def finish(self, idx: npt.NDArray[np.int64]) -> None:
-        super().finish(idx)
-        if self.journal is not None and len(idx):
-            self.journal.finished(idx.copy())
-
-    def fail(self, idx: npt.NDArray[np.int64], reason: str, tb: str = "") -> None:
-        super().fail(idx, reason, tb)
-        self._ended(idx, State.FAILED)
-
-    def cancel(self, idx: npt.NDArray[np.int64], reason: str = "cancelled") -> None:
-        super().cancel(idx, reason)
-        self._ended(idx, State.CANCELLED)
-
-    def _ended(self, idx: npt.NDArray[np.int64], state: State) -> None:
-        if self.journal is None or len(idx) == 0:
-            return
-        rows = np.unique(idx).tolist()
-        self.journal.ended([self.keys[r] for r in rows], state, [self.error(r) for r in rows],
-                           [self.traceback(r) for r in rows])
-
-    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: str, reason: str = "", tb: str = "") -> None:
-        super().new_attempt(idx, outcome, reason, tb)
-        if self.journal is not None and len(idx):
-            rows = np.unique(idx).tolist()
-            self.journal.requeued([self.keys[r] for r in rows], [int(self.attempt[r]) for r in rows],
-                                  [self.history(r)[-1] for r in rows])

@@ -8,7 +8,7 @@ The decisions this module protects:
 - After fill, a batch's device work (h2d, compute, d2h) is submitted at once with its
   dependencies; the device streams order it, so the host never waits between phases. Small
   watcher coroutines follow the markers in order and move the tasks' phases.
-- The lane never touches the task table: it reports to its ``LaneHost`` (the scheduler).
+- The lane never touches the task table: it reports to its ``LaneHost`` (the dispatcher, engine/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,145 +28,20 @@ from warpdeck.engine.backends.base import (
     MarkerTimeout,
     StreamSet,
     chain_release,
-    done_marker,
     free,
     pending_marker,
 )
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.config import StageSpec
+from warpdeck.engine.lane_io import load_rows, write_outputs
+from warpdeck.engine.lane_protocols import LaneHost
+from warpdeck.engine.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.sinks import Sink
-from warpdeck.engine.sources import BatchKey, Source, TaskInput, item_nbytes
+from warpdeck.engine.slots import Buffer, Slot
+from warpdeck.engine.snapshot import LaneView, SlotView
+from warpdeck.engine.sources import BatchKey, Source
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
 
-__all__ = [
-    "BatchRecord", "Lane", "LaneHost", "NonFiniteOutput", "Slot", "StagePlan", "load_rows", "phase_spans",
-    "plan_stages", "write_outputs",
-]
-
-
-class NonFiniteOutput(ValueError):
-    """A task's output holds NaN or infinity. Under the ``flag`` policy it was written anyway
-    (``written``) and the task finishes flagged; under ``fail`` nothing was written."""
-
-    def __init__(self, key: str, bad: int, size: int, written: bool) -> None:
-        self.key = key
-        self.bad = bad
-        self.size = size
-        self.written = written
-        super().__init__(f"non-finite output: {bad} of {size} values are NaN or infinite")
-
-
-@dataclass(frozen=True, slots=True)
-class StagePlan:
-    """The stage functions for one batching key and the shape/dtype after each of them."""
-
-    fns: tuple[Callable[..., Any], ...]
-    shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[np.dtype[Any], ...]
-    deadline_s: float
-    #: The spec's ``nonfinite`` policy: flag, fail or allow.
-    nonfinite: str = "allow"
-
-    @property
-    def out_nbytes(self) -> int:
-        """Bytes of one task's final output."""
-        return item_nbytes(self.shapes[-1], self.dtypes[-1])
-
-    def mid_nbytes(self, i: int) -> int:
-        """Bytes of one task's output of stage ``i``."""
-        return item_nbytes(self.shapes[i + 1], self.dtypes[i + 1])
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """What one batch did, for the timeline and every figure of merit.
-
-    ``phases`` holds (start, end) per phase in RUN_PHASES order, on ``time.perf_counter``'s
-    clock; (0, 0) for a phase the batch never reached."""
-
-    batch: int
-    lane: int
-    slot: int
-    tasks: int
-    key: str
-    formed: float
-    phases: tuple[tuple[float, float], ...]
-    ok: bool
-    nbytes: int
-
-    def duration(self, phase: Phase) -> float:
-        t0, t1 = self.phases[phase - 1]
-        return max(0.0, t1 - t0)
-
-    @property
-    def end(self) -> float:
-        return max(t1 for _, t1 in self.phases)
-
-    @property
-    def start(self) -> float:
-        starts = [t0 for t0, _ in self.phases if t0]
-        return min(starts) if starts else self.formed
-
-
-class LaneHost(Protocol):
-    """What a lane reports to: the scheduler, which owns the task table."""
-
-    async def next_batch(self, lane: Lane) -> Batch | None:
-        """The next batch for ``lane``, or None when the run is over for it."""
-        ...
-
-    def on_started(self, batch: Batch) -> None: ...
-
-    def fenced(self, batch: Batch) -> bool:
-        """True when ``batch`` was taken back from its worker: its result must not be written."""
-        ...
-
-    def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
-        """Fail the tasks whose input could not be loaded; returns the batch of the rest."""
-        ...
-
-    def on_phase(self, batch: Batch, phase: Phase) -> None: ...
-
-    def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None: ...
-
-    def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None: ...
-
-    def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None: ...
-
-    def on_record(self, record: BatchRecord) -> None: ...
-
-
-class _Buf:
-    """One buffer of a slot: grows (rarely) only while free."""
-
-    __slots__ = ("buf", "cap", "holder", "release")
-
-    def __init__(self, phase: Phase) -> None:
-        self.buf: Any = None
-        self.cap = 0
-        self.holder = -1
-        self.release: Marker = done_marker(phase)
-
-
-@dataclass(eq=False)
-class Slot:
-    """Four buffers; ``release`` of each is the marker of the phase that last read it."""
-
-    index: int
-    host_in: _Buf = field(default_factory=lambda: _Buf(Phase.H2D))
-    dev_in: _Buf = field(default_factory=lambda: _Buf(Phase.COMPUTE))
-    dev_out: _Buf = field(default_factory=lambda: _Buf(Phase.D2H))
-    host_out: _Buf = field(default_factory=lambda: _Buf(Phase.SINK))
-    mids: list[_Buf] = field(default_factory=list)
-    newest: int = -1
-    newest_phase: Phase = Phase.NONE
-
-    def buffers(self) -> tuple[_Buf, _Buf, _Buf, _Buf]:
-        return (self.host_in, self.dev_in, self.dev_out, self.host_out)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.cap for b in self.buffers()) + sum(m.cap for m in self.mids)
+__all__ = ["Lane", "phase_spans"]
 
 
 @dataclass(slots=True)
@@ -201,6 +75,9 @@ class _Filling:
 
 
 _STOP = None
+_SLOT_STATE: dict[Phase, Literal["free", "filling", "h2d", "computing", "d2h", "readable"]] = {
+    Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
+    Phase.D2H: "d2h", Phase.SINK: "readable"}
 
 
 class Lane:
@@ -253,12 +130,27 @@ class Lane:
         """Bytes held by this lane's slot buffers."""
         return sum(s.nbytes for s in self.ring)
 
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one slot's buffers (the first slot's: all grow alike)."""
+        return self.ring[0].nbytes if self.ring else 0
+
+    def view(self) -> LaneView:
+        """The lane as the control room shows it: depth, status, and what holds each slot."""
+        slots = []
+        for sl in self.ring:
+            a, b, c, d = (buf.holder if not buf.release.done() else -1 for buf in sl.buffers())
+            state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
+            slots.append(SlotView(sl.index, state, (a, b, c, d)))
+        return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
+                        tuple(slots))
+
     def _next_slot(self) -> Slot:
         slot = self.ring[self._ptr % len(self.ring)]
         self._ptr = (self._ptr + 1) % len(self.ring)
         return slot
 
-    def _ensure(self, b: _Buf, nbytes: int, device: bool) -> None:
+    def _ensure(self, b: Buffer, nbytes: int, device: bool) -> None:
         if b.cap >= nbytes:
             return
         if b.cap:
@@ -401,7 +293,7 @@ class Lane:
         self._ensure(slot.dev_out, out_bytes, True)
         self._ensure(slot.host_out, out_bytes, False)
         while len(slot.mids) < len(plan.fns) - 1:
-            slot.mids.append(_Buf(Phase.COMPUTE))
+            slot.mids.append(Buffer(Phase.COMPUTE))
         for i, m in enumerate(slot.mids[: len(plan.fns) - 1]):
             self._ensure(m, self.batch_size * plan.mid_nbytes(i), True)
         dev_in = be.view(slot.dev_in.buf, in_shape, in_dtype)
@@ -451,7 +343,7 @@ class Lane:
                     try:
                         await self._wait_phase(item, marker, phase)
                     except Exception as exc:  # noqa: BLE001 - the batch fails, the lane goes on
-                        item.error = (phase, _root(exc))
+                        item.error = (phase, root_failure(exc))
                 else:
                     with contextlib.suppress(Exception):
                         await marker.wait()
@@ -514,7 +406,7 @@ class Lane:
                 await item.sink.wait()
                 errors: list[BaseException | None] = item.sink.future.result()
             except Exception as exc:  # noqa: BLE001
-                self.host.on_failed(item.batch, Phase.SINK, _root(exc))
+                self.host.on_failed(item.batch, Phase.SINK, root_failure(exc))
                 self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=False))
                 continue
             if item.slot.newest == item.batch.id:
@@ -538,68 +430,3 @@ def phase_spans(markers: Sequence[Marker]) -> list[tuple[float, float]]:
     return phases
 
 
-def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
-    """Load ``items`` into the rows of ``out``; each task's error (or None). Runs on a fill thread.
-    When some rows failed, the good ones are moved up to the front, in order, so that the batch of
-    the rest (``LaneHost.on_filled``) finds its inputs in ``out[:len(rest)]``."""
-    errors = source.load(items, out)
-    good = [j for j, e in enumerate(errors) if e is None]
-    if len(good) < len(errors) and good:
-        out[: len(good)] = out[good]
-    return errors
-
-
-def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -> list[BaseException | None]:
-    """Write row j of ``host_out`` under ``keys[j]``; each task's error (or None). Under the
-    ``nonfinite`` policy a row holding NaN or infinity is flagged (written) or failed (not written).
-    Runs on a sink thread: one vectorised finiteness pass per batch, never on a device."""
-    check = policy != "allow" and host_out.dtype.kind in "fc"
-    errors: list[BaseException | None] = []
-    bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
-    size = host_out[0].size if len(keys) else 0
-    for j, key in enumerate(keys):
-        if bad is not None and bad[j] and policy == "fail":
-            errors.append(NonFiniteOutput(key, bad[j], size, written=False))
-            continue
-        try:
-            sink.write(key, host_out[j])
-            errors.append(NonFiniteOutput(key, bad[j], size, written=True) if bad is not None and bad[j] else None)
-        except Exception as exc:  # noqa: BLE001 - per task
-            errors.append(exc)
-    return errors
-
-
-def plan_stages(fns: Sequence[Callable[..., Any]], stages: Sequence[StageSpec], key: BatchKey,
-                nonfinite: str) -> StagePlan:
-    """The shapes and dtypes after each stage for inputs of ``key``: a stage's ``out_spec``, then
-    the spec's ``out_shape``/``out_dtype``, else its input's."""
-    shapes: list[tuple[int, ...]] = [tuple(key.shape)]
-    dtypes: list[np.dtype[Any]] = [np.dtype(key.dtype)]
-    for fn, st in zip(fns, stages, strict=True):
-        shape, dtype = shapes[-1], dtypes[-1]
-        spec_fn = getattr(fn, "out_spec", None)
-        if spec_fn is not None:
-            s, d = spec_fn(shape, dtype)
-            shape, dtype = tuple(int(x) for x in s), np.dtype(d)
-        if st.out_shape is not None:
-            shape = tuple(st.out_shape)
-        if st.out_dtype is not None:
-            dtype = np.dtype(st.out_dtype)
-        shapes.append(shape)
-        dtypes.append(dtype)
-    return StagePlan(tuple(fns), tuple(shapes), tuple(dtypes), sum(s.deadline_s for s in stages), nonfinite)
-
-
-def _root(exc: BaseException) -> BaseException:
-    """The original failure behind a chain of skipped dependencies."""
-    while exc.__cause__ is not None and type(exc).__name__ == "DependencyFailed":
-        exc = exc.__cause__
-    return exc
-
-
-def format_exception(exc: BaseException) -> str:
-    """A traceback as text, kept with the failed task (a remote worker's own, where it sent one)."""
-    remote = getattr(exc, "remote_traceback", "")
-    if isinstance(remote, str) and remote:
-        return remote
-    return "".join(traceback.format_exception(exc)).rstrip()

@@ -3,7 +3,7 @@
 The decisions this module protects:
 - A batch is leased to one worker under that worker's epoch at the moment it is handed out.
 - When the monitor convicts a worker's epoch, every batch leased under it (or an older epoch) is
-  *fenced*: the scheduler requeues its tasks at once, and whatever that batch later reports (a phase,
+  *fenced*: the dispatcher requeues its tasks at once, and whatever that batch later reports (a phase,
   a result, a failure) is ignored and counted, so a worker that comes back from the dead can neither
   commit a result twice nor disturb the tasks' new attempts.
 - A convicted worker gets no new batch until it is re-born with a newer epoch.

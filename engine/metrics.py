@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.tasks import RUN_PHASES, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]

@@ -9,16 +9,19 @@ front end ran the run.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from warpdeck.engine.journal import JournalError
 from warpdeck.engine.snapshot import EngineSnapshot
-from warpdeck.engine.tasks import State
 
 if TYPE_CHECKING:
-    from warpdeck.engine.scheduler import Engine
+    from warpdeck.engine.control.plane import ControlPlane
+    from warpdeck.engine.journal import Journal
+    from warpdeck.engine.outage import Outage
+    from warpdeck.engine.resume import ResumingSource
 
 __all__ = [
     "EXIT_STATUS_HELP",
@@ -27,7 +30,9 @@ __all__ = [
     "ReportCounts",
     "ReportFailure",
     "ReportFlag",
+    "ReportOutages",
     "ReportResume",
+    "RunFacts",
     "RunReport",
     "make_report",
 ]
@@ -48,6 +53,13 @@ class ExitStatus(enum.IntEnum):
     STOPPED = 4
     """Stopped before the end (quit with work running, SIGINT or SIGTERM, the engine stopped): a plain
     resume, the same command again on the same run directory, finishes it."""
+    OUTAGE = 5
+    """Stopped by an outage: the outputs' or the journal's disk stayed full, read-only or failing
+    for ``[faults] outage_timeout_s``. Nothing was marked failed; once the disk is fixed, a plain
+    resume finishes the run."""
+    JOURNAL = 6
+    """The journal could not be written: the run stopped at once. A resume redoes what the journal
+    did not record (outputs already in place are kept, never written twice)."""
 
 
 #: The exit statuses in words, for ``--help`` and the docs.
@@ -58,7 +70,10 @@ EXIT_STATUS_HELP = """exit status:
   3 drained by the operator: nothing more admitted, what was admitted finished, nothing failed
   4 stopped before the end (quit with work running, SIGINT/SIGTERM, the engine stopped); the same
     command again resumes and finishes it (a demo keeps a journal only when given --run-dir)
-where two apply, stopped beats failed, which beats drained"""
+  5 stopped by an outage: the outputs' or journal's disk stayed full, read-only or failing for
+    [faults] outage_timeout_s; nothing was marked failed: fix the disk and run the same command
+  6 the journal could not be written: stopped at once; the same command resumes once it can
+where two apply, the higher of 6, 5, 4 wins, then failed (1), then drained (3)"""
 
 
 class _Frozen(BaseModel):
@@ -133,6 +148,17 @@ class ReportControl(_Frozen):
     """The longest the monitor's input ran behind (measured with the engine's own heartbeats)."""
 
 
+class ReportOutages(_Frozen):
+    """Outages during the run: times a full, read-only or failing disk held the writes."""
+
+    count: int
+    """Outages that began (the one that stopped the run included)."""
+    total_s: float
+    """Seconds the run spent in them."""
+    last: str
+    """The last one's reason: ``sink: no space left on device (outputs/)``."""
+
+
 class RunReport(_Frozen):
     """Everything a run measured (DESIGN.md section 4). Rates per second, times in seconds."""
 
@@ -169,12 +195,23 @@ class RunReport(_Frozen):
     """Done tasks whose output is suspect."""
     control: ReportControl | None = None
     """Set when the run had a control plane (``--broker``)."""
+    stopped_by: str = ""
+    """Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise)."""
+    outages: ReportOutages | None = None
+    """Set when an outage held the run at least once."""
+    journal_error: str = ""
+    """Why the journal could not be written, if it could not (exit status 6)."""
 
     @property
     def exit_code(self) -> ExitStatus:
-        """The command's exit status for this run (``ExitStatus``): stopped (work left) beats failed
-        or cancelled, which beats drained; finished only when every task is done."""
+        """The command's exit status for this run (``ExitStatus``): journal unwritable beats stopped by
+        an outage beats stopped (work left), which beats failed or cancelled, which beats drained;
+        finished only when every task is done."""
         c = self.counts
+        if self.journal_error:
+            return ExitStatus.JOURNAL
+        if self.stopped_by == "outage":
+            return ExitStatus.OUTAGE
         if self.status == "stopped" or c.queued or c.running:
             return ExitStatus.STOPPED
         if c.failed or c.cancelled or self.status == "cancelled" or c.done != c.total:
@@ -182,21 +219,44 @@ class RunReport(_Frozen):
         return ExitStatus.DRAINED if self.status == "drained" else ExitStatus.FINISHED
 
 
-def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
-    """The report of ``engine``'s run as of ``snap``."""
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What the report needs beyond the final snapshot: the run's facts, gathered by the engine
+    (so this module never imports it)."""
+
+    batch_size: int
+    first_batch_s: float | None
+    failures: list[tuple[str, str, int]]
+    """Every task that failed or was cancelled: key, reason, attempt."""
+    flags: list[tuple[str, str]]
+    """Every done task whose output is suspect: key, note."""
+    resume: ResumingSource | None
+    journal: Journal | None
+    temps_cleaned: int
+    control: ControlPlane | None
+    outage: Outage
+    stopped_by: str
+
+
+def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
+    """The report of a run from its final snapshot and its facts."""
     f = snap.figures
     c = snap.counts
-    t = engine.table
-    unfinished = np.flatnonzero(t.state[: len(t)] >= State.FAILED)
-    failures = [ReportFailure(key=t.keys[r], reason=t.error(r), attempt=int(t.attempt[r]))
-                for r in unfinished.tolist()]
-    flagged = [ReportFlag(key=t.keys[r], note=note) for r, note in sorted(t.flags().items())]
-    rs = engine.resume
-    resume = None if rs is None or engine.journal is None else ReportResume(
-        resumed=rs.resumed, journal=str(engine.journal.path), skipped_done=rs.skipped_done,
+    failures = [ReportFailure(key=k, reason=why, attempt=n) for k, why, n in facts.failures]
+    flagged = [ReportFlag(key=k, note=note) for k, note in facts.flags]
+    rs, journal = facts.resume, facts.journal
+    resume = None if rs is None or journal is None else ReportResume(
+        resumed=rs.resumed, journal=str(journal.path), skipped_done=rs.skipped_done,
         outputs_recovered=rs.outputs_recovered, requeued_in_flight=rs.requeued_in_flight,
-        retried_failed=rs.retried_failed, temps_cleaned=engine.temps_cleaned)
-    plane = engine.control
+        retried_failed=rs.retried_failed, temps_cleaned=facts.temps_cleaned)
+    outage = facts.outage
+    view = outage.view()
+    outages = outage.count + (view is not None)
+    last = view.reason if view is not None else outage.last
+    report_outages = ReportOutages(count=outages, total_s=round(outage.total_s + (
+        snap.t - view.since if view is not None else 0.0), 3), last=last) if outages else None
+    journal_error = str(JournalError(journal.run_dir, journal.error)) if journal and journal.error else ""
+    plane = facts.control
     control = None if plane is None else ReportControl(
         broker=plane.address.url if plane.address else "", connected=plane.connected.is_set(),
         commands_applied=plane.applied, commands_refused=dict(plane.refused), dropped=plane.dropped.counts(),
@@ -204,8 +264,8 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
         lag_holds=plane.lag.holds, worst_input_lag_s=plane.lag.worst_s)
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
-        device=snap.device, lanes=len(snap.lanes), batch_size=engine.spec.batch_size,
-        slot_depth=[ln.depth for ln in snap.lanes], elapsed_s=snap.t, first_batch_s=engine.first_batch_s,
+        device=snap.device, lanes=len(snap.lanes), batch_size=facts.batch_size,
+        slot_depth=[ln.depth for ln in snap.lanes], elapsed_s=snap.t, first_batch_s=facts.first_batch_s,
         counts=ReportCounts(total=c.total, done=c.done, failed=c.failed, cancelled=c.cancelled, queued=c.queued,
                             running=c.running_total, skipped_done=resume.skipped_done if resume else 0,
                             flagged=len(flagged)),
@@ -215,5 +275,5 @@ def make_report(engine: Engine, snap: EngineSnapshot) -> RunReport:
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,
         latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume, control=control,
-        flagged=flagged,
+        flagged=flagged, stopped_by=facts.stopped_by, outages=report_outages, journal_error=journal_error,
     )

@@ -61,7 +61,6 @@ class NpyDirSinkImpl:
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
         self._pid = os.getpid()
 
     def path(self, key: str) -> Path:
@@ -77,6 +76,8 @@ class NpyDirSinkImpl:
         """Remove temp files a killed run left behind; returns how many. Call only while no
         engine writes here (the journal's run-directory lock)."""
         n = 0
+        if not self.dir.is_dir():
+            return 0
         for p in self.dir.glob(f".*.npy.*{TMP_SUFFIX}"):
             p.unlink(missing_ok=True)
             n += 1
@@ -88,7 +89,12 @@ class NpyDirSinkImpl:
         final = self.path(key)
         tmp = self.dir / f".{key}.npy.{self._pid}{TMP_SUFFIX}"
         try:
-            with tmp.open("wb") as f:
+            try:
+                f = tmp.open("wb")
+            except FileNotFoundError:  # made at the first write, so a refusing disk is an outage
+                self.dir.mkdir(parents=True, exist_ok=True)
+                f = tmp.open("wb")
+            with f:
                 np.lib.format.write_array(_PlainWriter(f), np.ascontiguousarray(out), allow_pickle=False)
             tmp.replace(final)
         except BaseException:

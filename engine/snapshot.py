@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
+from warpdeck.engine.outage import OutageView
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
 
 __all__ = [
@@ -214,6 +215,9 @@ class ControlView:
     #: lag held silence verdicts (engine/control/lag.py).
     input_lag_s: float = 0.0
     lag_holds: int = 0
+    #: Whether worker messages are signed (a secret is set): without, anyone who can publish to the
+    #: broker can forge a worker's birth, heartbeat or death (engine/control/worker_auth.py).
+    workers_signed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,8 @@ class EngineSnapshot:
     workers: tuple[WorkerView, ...] = ()
     #: None when the engine runs without a control plane.
     control: ControlView | None = None
+    #: Set while writes are held by a full, read-only or failing disk (engine/outage.py).
+    outage: OutageView | None = None
 
     @property
     def finished(self) -> bool:

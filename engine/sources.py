@@ -7,6 +7,8 @@ per task, so one corrupt or wrongly shaped input fails alone, before it reaches 
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,7 +43,13 @@ SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
 def item_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any] | str) -> int:
     """Bytes of one task's array of ``shape`` and ``dtype``."""
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return int(math.prod(shape)) * np.dtype(dtype).itemsize
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_nbytes(shape: tuple[int, ...], dtype: str) -> int:
+    # Asked once per admitted task: a million tasks share a handful of keys.
+    return item_nbytes(shape, dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +63,7 @@ class BatchKey:
     @property
     def nbytes(self) -> int:
         """Bytes of one task's input."""
-        return item_nbytes(self.shape, self.dtype)
+        return _key_nbytes(self.shape, self.dtype)
 
     def __str__(self) -> str:
         return f"{self.kind}{list(self.shape)}:{self.dtype}"

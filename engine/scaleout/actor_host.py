@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.lanes import BatchRecord, Lane, format_exception
+from warpdeck.engine.lane_protocols import LaneLike
+from warpdeck.engine.records import BatchRecord, format_exception
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.sources import TaskInput
 from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
@@ -101,7 +102,7 @@ class ActorHost:
             q.put_nowait(None)
 
     # -- LaneHost -------------------------------------------------------------------------------
-    async def next_batch(self, lane: Lane) -> Batch | None:
+    async def next_batch(self, lane: LaneLike) -> Batch | None:
         batch = await self._inbox[lane.id].get()
         if batch is not None:
             p = self.pending.get(batch.id)

@@ -27,11 +27,15 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
 from warpdeck.engine.batching import Batch
-from warpdeck.engine.lanes import BatchRecord, LaneHost, Slot, StagePlan, load_rows, phase_spans, write_outputs
+from warpdeck.engine.lane_io import load_rows, write_outputs
+from warpdeck.engine.lane_protocols import LaneHost
+from warpdeck.engine.lanes import phase_spans
+from warpdeck.engine.records import BatchRecord, StagePlan
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.sinks import Sink
+from warpdeck.engine.slots import Slot
 from warpdeck.engine.snapshot import LaneView, SlotView
 from warpdeck.engine.sources import BatchKey, Source
 from warpdeck.engine.tasks import Phase
@@ -54,7 +58,7 @@ class StaleEpoch(RuntimeError):
 
 
 class DispatchHost(LaneHost, Protocol):
-    """What a remote lane reports to: the scheduler's ``LaneHost`` and two more calls."""
+    """What a remote lane reports to: the dispatcher's ``LaneHost`` and two more calls."""
 
     def claim(self, batch: Batch, epoch: int) -> bool | None:
         """A result for ``batch`` under ``epoch`` is in hand: end its lease so no conviction can
@@ -105,6 +109,11 @@ class RayLane:
     def inflight_ids(self) -> tuple[int, ...]:
         return tuple(self._out)
 
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one batch out on the actor (inputs and outputs; the largest seen)."""
+        return self.nbytes
+
     def view(self) -> LaneView:
         """The lane as the snapshot shows it: a slot per batch out on the actor."""
         slots = tuple(SlotView(i, "computing", (bid, bid, bid, bid)) for i, bid in enumerate(self._out))
@@ -136,7 +145,7 @@ class RayLane:
         """The engine's next batch for this lane, or None when the run or the actor ended."""
         if self.worker.gone.is_set():
             return None
-        want = asyncio.ensure_future(self.host.next_batch(self))  # type: ignore[arg-type]
+        want = asyncio.ensure_future(self.host.next_batch(self))
         gone = asyncio.ensure_future(self.worker.gone.wait())
         try:
             await asyncio.wait({want, gone}, return_when=asyncio.FIRST_COMPLETED)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from warpdeck.engine.config import PipelineSpec
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.lanes import StagePlan
+from warpdeck.engine.records import StagePlan
 from warpdeck.engine.scaleout import raylink
 from warpdeck.engine.scaleout.dispatch import DispatchHost, RayLane
 from warpdeck.engine.scaleout.remote import RemoteWorker
@@ -102,11 +102,12 @@ class RayExecutor:
                     lane.abandon_fenced()
             w.convicted(epoch)
 
-    async def start(self, broker: BrokerAddress | None, heartbeat_s: float) -> None:
-        """Start every actor and wait until each has said who it is (its epoch)."""
+    async def start(self, broker: BrokerAddress | None, heartbeat_s: float, secret: bytes | None = None) -> None:
+        """Start every actor and wait until each has said who it is (its epoch); with ``secret``
+        each signs its births, heartbeats and deaths."""
         ex = self.spec.executor
         handles = raylink.spawn(LaneWorker, len(self.workers), lambda k: (self.spec, self.workers[k].id, broker,
-                                                                           heartbeat_s),
+                                                                           heartbeat_s, secret),
                                 gpus=ex.gpus_per_worker, max_restarts=ex.max_restarts)
         for w, h in zip(self.workers, handles, strict=True):
             w.handle = h

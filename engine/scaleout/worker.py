@@ -27,7 +27,8 @@ from warpdeck.engine.config import PipelineSpec, resolve_target
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.lanes import Lane, StagePlan, plan_stages
+from warpdeck.engine.lanes import Lane
+from warpdeck.engine.records import StagePlan, plan_stages
 from warpdeck.engine.scaleout.actor_host import ActorHost, ArrivedSource, KeepingSink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
 from warpdeck.engine.sources import BatchKey
@@ -49,7 +50,7 @@ class LaneWorker:
     """``spec.lanes`` lanes on this process's device, fed batch by batch by the engine."""
 
     def __init__(self, spec: PipelineSpec, worker_id: str, broker: BrokerAddress | None,
-                 heartbeat_s: float = 0.5) -> None:
+                 heartbeat_s: float = 0.5, secret: bytes | None = None) -> None:
         self.spec = spec
         self.worker_id = worker_id
         self.backend = select_backend(spec.backend)
@@ -60,6 +61,7 @@ class LaneWorker:
         self._plans: dict[BatchKey, StagePlan] = {}
         self._broker = broker
         self._heartbeat_s = heartbeat_s
+        self._secret = secret
         self._epoch = 0
         self.host = ActorHost(spec.lanes, self.epoch)
         self.lanes = [Lane(i, self.backend, spec.slot_depth, self.host, ArrivedSource(), KeepingSink(self.host.pending),
@@ -87,7 +89,7 @@ class LaneWorker:
                             leased=lambda: tuple(b for ln in lanes for b in ln.inflight_ids()))
         info = WorkerInfo(device=self.device, lanes=len(lanes), version=_version())
         self.heart = Heartbeater(self._broker, Topics(self.spec.name), self.worker_id, probe=probe, info=info,
-                                 interval_s=self._heartbeat_s)
+                                 interval_s=self._heartbeat_s, secret=self._secret)
         self.heart.start()
 
     async def hello(self, convicted: int = 0) -> WorkerHello:

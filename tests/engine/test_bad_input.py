@@ -2,9 +2,10 @@
 
 Each case checks the failed (or flagged) task's reason in ``engine.task_detail`` and in the JSON
 report, and that every other task finishes. Faults are real where the OS can make them (files,
-a full tmpfs, a name taken by a directory, a read-only directory when not root); where it
-cannot (ENOSPC and EACCES on one chosen file, tests running as root), they are injected at the
-call that writes or renames, and the real path is exercised beside them.
+a name taken by a directory, a read-only directory when not root); where it cannot (ENOSPC and
+EACCES on one chosen file, tests running as root), they are injected at the call that writes or
+renames, and the real path is exercised beside them (and in test_outage.py, on a real tmpfs).
+A full or read-only disk is an outage (engine/outage.py): it holds the writes and fails nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import asyncio
 import errno
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from wd_build import spec
 from wd_stages import POISON, RecordingSink
 
-from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecError, parse_spec
+from warpdeck.engine.api import Engine, ExitStatus, IterableSource, RunReport, SpecError, parse_spec
 
 
 def _arrays(n: int, values: dict[int, float] | None = None) -> list[tuple[str, np.ndarray]]:
@@ -31,8 +30,8 @@ def _arrays(n: int, values: dict[int, float] | None = None) -> list[tuple[str, n
     return [(f"k{i:04d}", np.full(4, values.get(i, float(i)))) for i in range(n)]
 
 
-async def _run(s, source=None, sink=None) -> tuple[RunReport, Engine]:
-    async with Engine(s, source=source, sink=sink) as eng:
+async def _run(s, source=None, sink=None, run_dir=None) -> tuple[RunReport, Engine]:
+    async with Engine(s, run_dir, source=source, sink=sink) as eng:
         return await eng.wait(), eng
 
 
@@ -137,10 +136,11 @@ def _leftovers(out: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fail_times", [1, 5])
-def test_enospc_mid_write_is_retried_then_fails_and_never_leaves_a_partial_file(
+def test_enospc_mid_write_holds_the_write_and_burns_no_attempt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_times: int) -> None:
-    # Injected: ENOSPC on one chosen file cannot be made real beside files that must succeed.
-    # Half the bytes reach the disk first, as with a disk that fills mid-write.
+    # Injected: ENOSPC on one chosen file cannot be made real beside files that must succeed
+    # (tests/engine/test_outage.py fills a real tmpfs). Half the bytes reach the disk first, as
+    # with a disk that fills mid-write.
     real = np.lib.format.write_array
     failed = {"n": 0}
 
@@ -155,35 +155,40 @@ def test_enospc_mid_write_is_retried_then_fails_and_never_leaves_a_partial_file(
     out = tmp_path / "out"
     report, eng = asyncio.run(_run(_npy_spec(out, retry={"max_attempts": 3}), IterableSource(_arrays(12))))
     assert _leftovers(out) == []
-    if fail_times == 1:  # a transient full disk: the retry writes it whole
-        assert report.counts.done == 12
-        np.testing.assert_array_equal(np.load(out / "k0006.npy"), np.full(4, 12.0))
-        d = eng.task_detail("k0006")
-        assert d is not None and "No space left on device" in d.history[0].reason
-    else:
-        assert (report.counts.done, report.counts.failed) == (11, 1)
-        _failed_with(report, eng, "k0006", "No space left on device")
-        assert eng.task_detail("k0006").attempt == 3  # three attempts
-        assert not (out / "k0006.npy").exists()
-    assert len(list(out.glob("*.npy"))) == report.counts.done
+    assert (report.counts.done, report.counts.failed, report.exit_code) == (12, 0, ExitStatus.FINISHED)
+    np.testing.assert_array_equal(np.load(out / "k0006.npy"), np.full(4, 12.0))
+    d = eng.task_detail("k0006")
+    assert d is not None and d.attempt == 1 and d.history == ()  # the disk's fault, not the task's
+    assert failed["n"] == fail_times
+    assert report.outages is not None and report.outages.count == 1
+    assert report.outages.last == f"sink: no space left on device ({out}{os.sep})"
 
 
-def test_eacces_on_rename_is_retried_then_fails_and_leaves_no_temp_file(
+def test_eacces_on_rename_holds_the_run_then_stops_it_with_nothing_failed_and_a_resume_finishes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Injected: the tests run as root, whom permissions do not stop (the real case is below).
     real = os.replace
+    refuse = {"on": True}
 
     def refusing(src: Any, dst: Any, *a: Any, **kw: Any) -> None:
-        if str(dst).endswith("k0003.npy"):
+        if refuse["on"] and str(dst).endswith("k0003.npy"):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dst))
         real(src, dst, *a, **kw)
 
     monkeypatch.setattr(os, "replace", refusing)
-    out = tmp_path / "out"
-    report, eng = asyncio.run(_run(_npy_spec(out, retry={"max_attempts": 2}), IterableSource(_arrays(8))))
-    assert (report.counts.done, report.counts.failed) == (7, 1)
-    _failed_with(report, eng, "k0003", "Permission denied")
-    assert _leftovers(out) == [] and not (out / "k0003.npy").exists()
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    s = _npy_spec(out, retry={"max_attempts": 2}, faults={"outage_timeout_s": 0.3})
+    report, _ = asyncio.run(_run(s, IterableSource(_arrays(8)), run_dir=run_dir))
+    assert (report.status, report.stopped_by, report.exit_code) == ("stopped", "outage", ExitStatus.OUTAGE)
+    assert report.counts.failed == 0 and report.failures == []
+    assert "k0003" not in {p.stem for p in out.glob("*.npy")}
+    assert report.outages is not None and report.outages.last.startswith("sink: permission denied (")
+    assert _leftovers(out) == []
+    refuse["on"] = False  # the operator fixed the permissions
+    again, _ = asyncio.run(_run(s, IterableSource(_arrays(8)), run_dir=run_dir))
+    assert (again.counts.failed, again.exit_code) == (0, ExitStatus.FINISHED)
+    assert sorted(p.stem for p in out.glob("*.npy")) == [f"k{i:04d}" for i in range(8)]
+    assert again.counts.done + again.counts.skipped_done == 8
 
 
 def test_an_output_name_taken_by_a_directory_fails_that_task_alone_for_real(tmp_path: Path) -> None:
@@ -196,46 +201,17 @@ def test_an_output_name_taken_by_a_directory_fails_that_task_alone_for_real(tmp_
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory; see the injected EACCES test")
-def test_a_read_only_output_directory_fails_tasks_with_permission_denied(tmp_path: Path) -> None:
+def test_a_read_only_output_directory_is_an_outage_not_a_failure(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o500)
     try:
-        report, eng = asyncio.run(_run(_npy_spec(out, retry={"max_attempts": 2}), IterableSource(_arrays(4))))
+        report, _ = asyncio.run(_run(_npy_spec(out, faults={"outage_timeout_s": 0.2}), IterableSource(_arrays(4))))
     finally:
         out.chmod(0o700)
-    assert report.counts.failed == 4
-    _failed_with(report, eng, "k0000", "Permission denied")
+    assert (report.counts.failed, report.exit_code) == (0, ExitStatus.OUTAGE)
+    assert report.outages is not None and "permission denied" in report.outages.last
     assert list(out.iterdir()) == []
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root and mount(8); the injected ENOSPC test covers the logic")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True,
-                       check=False)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
-
-
-def test_a_really_full_disk_fails_the_tasks_that_do_not_fit_and_leaves_no_partial_file(small_tmpfs: Path) -> None:
-    # 20 outputs of 16 KiB into 64 KiB: the first few fit, the rest meet a real ENOSPC.
-    items = [(f"k{i:04d}", np.full(2048, float(i))) for i in range(20)]
-    report, eng = asyncio.run(_run(_npy_spec(small_tmpfs, retry={"max_attempts": 2}), IterableSource(items)))
-    assert report.counts.done + report.counts.failed == 20
-    assert 0 < report.counts.done < 20
-    assert all("No space left on device" in f.reason for f in report.failures), report.failures
-    _failed_with(report, eng, report.failures[0].key, "No space left on device")
-    assert _leftovers(small_tmpfs) == []
-    for p in small_tmpfs.glob("*.npy"):  # whatever is there is whole
-        np.testing.assert_array_equal(np.load(p), np.full(2048, 2.0 * int(p.stem[1:])))
 
 
 # -- specs --------------------------------------------------------------------------------------

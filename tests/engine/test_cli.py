@@ -247,5 +247,34 @@ def test_help_documents_every_exit_status() -> None:
         text = " ".join(r.stdout.split())
         for line in ("0 finished: every task done", "1 one or more tasks failed or were cancelled",
                      "2 bad usage or a bad spec", "3 drained by the operator",
-                     "4 stopped before the end", "stopped beats failed"):
+                     "4 stopped before the end", "5 stopped by an outage", "6 the journal could not be written",
+                     "the higher of 6, 5, 4 wins"):
             assert line in text, (args, line, r.stdout)
+
+
+def test_the_unexpected_goes_to_the_run_log_and_stderr_names_it_once(tmp_path: Path) -> None:
+    spec = _write(tmp_path, SPEC.format(fn="wd_stages:noisy_double"))
+    r = _warpdeck("run", str(spec), "--headless", "--run-dir", "rd", "--broker", "none", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "rd" / "warpdeck.log"
+    assert r.stderr == f"warpdeck: something unexpected happened; details in {Path('rd') / 'warpdeck.log'}\n"
+    text = log.read_text()
+    assert "connection pool is full" in text and "somelib.pool" in text
+    assert "ZeroDivisionError: a helper thread's own bug" in text and "somelib-helper" in text
+
+
+def test_a_clean_run_leaves_stderr_empty_and_no_log(tmp_path: Path) -> None:
+    spec = _write(tmp_path, SPEC.format(fn="wd_stages:double"))
+    r = _warpdeck("run", str(spec), "--headless", "--run-dir", "rd", cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert not (tmp_path / "rd" / "warpdeck.log").exists()
+
+
+def test_a_spec_that_is_not_utf8_exits_2_naming_the_file_and_the_byte(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(SPEC.format(fn="wd_stages:double").encode().replace(b'"cli-test"', b'"caf\xe9"'))
+    r = _warpdeck("run", str(spec), "--headless", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()  # as every spec error: the file, then the issue
+    assert "Traceback" not in r.stderr and len(lines) == 2 and str(spec) in lines[0]
+    assert "not UTF-8 text (byte 0xe9 on line 2)" in lines[1]

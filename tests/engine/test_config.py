@@ -183,7 +183,7 @@ def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_or_runs
         return
 
     async def build() -> None:  # the fix in the engine: a low watermark that fits under 100
-        from warpdeck.engine.scheduler import Engine
+        from warpdeck.engine.run import Engine
 
         eng = Engine(spec, tmp_path)
         assert 0 < eng.feeder.low < eng.feeder.high == 100

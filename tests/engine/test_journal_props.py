@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from warpdeck.engine.journal import Journal, JournaledTable, SpecIdentity
+from warpdeck.engine.journal import Journal, SpecIdentity
+from warpdeck.engine.journaled_table import JournaledTable
 from warpdeck.engine.resume import ResumingSource
 from warpdeck.engine.sinks import NullSinkImpl
 from warpdeck.engine.sources import IterableSource

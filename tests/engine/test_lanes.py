@@ -17,14 +17,14 @@ from wd_build import spec
 from wd_stages import RecordingSink, SleepySource
 
 from warpdeck.engine.api import Engine, RunReport
-from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.tasks import Phase
 
 
 async def _run(s, source, sink) -> tuple[RunReport, list[BatchRecord]]:
     async with Engine(s, backend=None, source=source, sink=sink) as eng:
         report = await eng.wait()
-        return report, list(eng._timeline)
+        return report, list(eng.timeline)
 
 
 def _interval(r: BatchRecord, p: Phase) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from warpdeck.engine.config import PipelineSpec, parse_spec
-from warpdeck.engine.scheduler import Engine
+from warpdeck.engine.run import Engine
 from warpdeck.engine.snapshot import EngineSnapshot, SnapshotPublisher
 from warpdeck.engine.tasks import Phase, State
 

@@ -274,8 +274,7 @@ def test_sink_refuses_keys_that_cannot_name_a_file_and_writes_nothing(tmp_path: 
     sink = NpyDirSinkImpl(tmp_path / "out")
     with pytest.raises(ValueError, match="cannot name an output file"):
         sink.write(key, np.zeros(2))
-    assert list((tmp_path / "out").iterdir()) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing written, in out/ or beside it
 
 
 def test_failed_write_leaves_no_temp_file_and_no_output(tmp_path: Path) -> None:
@@ -301,7 +300,6 @@ def test_open_sink_resolves_a_relative_path_inside_the_run_dir(tmp_path: Path,
     sink = open_sink(NpyDirSink(kind="npy_dir", path=Path("results/x")), run_dir)
     assert isinstance(sink, NpyDirSinkImpl)
     assert sink.dir == run_dir / "results" / "x"
-    assert sink.dir.is_dir()
     sink.write("t", np.ones(2))
     assert (run_dir / "results" / "x" / "t.npy").is_file()
 

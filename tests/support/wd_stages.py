@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -102,7 +105,9 @@ class RecordingSink:
             time.sleep(self.sleep_s)
         if key in self.fail_keys and self._failed.get(key, 0) < self.fail_times:
             self._failed[key] = self._failed.get(key, 0) + 1
-            raise OSError(28, "No space left on device")
+            # A sink's own error (an object store that dropped the connection), which the retry policy
+            # retries; a full disk is an outage instead (engine/outage.py, tests/engine/test_outage.py).
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
         self.out[key] = np.array(out, copy=True)
         self.writes[key] = self.writes.get(key, 0) + 1
 
@@ -147,3 +152,32 @@ def slow_double_40ms(xp: Any, inp: Any, out: Any) -> None:
     time.sleep(0.040)
     xp.multiply(inp, 2, out=out)
     xp.add(out, 1, out=out)
+
+
+#: While set, ``refusing_disk`` fails every write with ENOSPC, as a full disk would (fault injection).
+DISK_FULL = threading.Event()
+
+
+def refusing_disk(key: str, out: Any) -> None:
+    """A callable sink that drops outputs, and refuses them with ENOSPC while ``DISK_FULL`` is set."""
+    if DISK_FULL.is_set():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"/data/outputs/{key}.npy")
+
+
+_NOISY = threading.Event()
+
+
+def _helper_dies() -> None:
+    raise ZeroDivisionError("a helper thread's own bug")
+
+
+def noisy_double(xp: Any, inp: Any, out: Any) -> None:
+    """out = 2 * inp; on its first call a library logs a warning and a helper thread dies: the
+    unexpected things the run's log file takes in (cli/run_log.py)."""
+    if not _NOISY.is_set():
+        _NOISY.set()
+        logging.getLogger("somelib.pool").warning("connection pool is full, discarding connection")
+        helper = threading.Thread(target=_helper_dies, name="somelib-helper")
+        helper.start()
+        helper.join()
+    xp.multiply(inp, 2, out=out)

@@ -1,0 +1,110 @@
+"""The command handler: what each operator command does to a run, and the answer it gives.
+
+The decisions this module protects: one ``match`` over the closed command union, so every command
+is handled in one place and a new one cannot be forgotten (mypy checks the match is exhaustive);
+every answer says what happened in words (``CommandResult``), including a refusal; commands
+change the shared ``RunState`` only, so the handler can be tested without an event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from warpdeck.engine.commands import (
+    Cancel,
+    Command,
+    CommandResult,
+    Drain,
+    Pause,
+    Quarantine,
+    Release,
+    RequeueStalled,
+    Resume,
+    RetryFailed,
+    SetDepth,
+)
+from warpdeck.engine.run_state import RunState
+from warpdeck.engine.tasks import ALL_QUARANTINED, StallReason, State
+
+__all__ = ["CommandHandler"]
+
+
+class CommandHandler:
+    """Applies commands to a ``RunState``. ``known_workers`` lists the workers a quarantine may
+    name beyond the run's own; ``quarantine`` tells the control plane's monitor."""
+
+    def __init__(self, state: RunState, *, known_workers: Callable[[], Iterable[str]] = tuple,
+                 quarantine: Callable[[str, bool], None] | None = None) -> None:
+        self.s = state
+        self._known = known_workers
+        self._quarantine = quarantine
+
+    def apply(self, cmd: Command) -> CommandResult:
+        """Apply ``cmd``; the answer says what it did."""
+        s = self.s
+        match cmd:
+            case Pause():
+                s.feeder.paused = True
+                pending = np.array(s.ready.pending(), np.int64)
+                s.table.set_stall(pending, StallReason.CONTROL, "paused")
+                return CommandResult(True, len(pending), "paused: no new batches start")
+            case Resume():
+                s.feeder.paused = False
+                pending = np.array(s.ready.pending(), np.int64)
+                s.table.clear_stall(pending)
+                return CommandResult(True, len(pending), "resumed")
+            case Drain():
+                s.feeder.draining = True
+                return CommandResult(True, len(s.ready), "draining: nothing more is admitted")
+            case Cancel(all=True):
+                s.cancelled_all = True
+                return s.task_keys.cancel_all()
+            case Cancel():
+                return s.task_keys.cancel(cmd.keys)
+            case RetryFailed():
+                return s.task_keys.retry(cmd.keys)
+            case RequeueStalled():
+                return self._requeue_stalled()
+            case Quarantine() | Release():
+                return self._quarantine_or_release(cmd)
+            case SetDepth():
+                s.auto_depth = False
+                for lane in s.lanes:
+                    if cmd.lane is None or lane.id == cmd.lane:
+                        lane.set_depth(cmd.depth)
+                return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto off)")
+
+    def _requeue_stalled(self) -> CommandResult:
+        s = self.s
+        waiting = set(s.ready.pending())
+        stalled = [r for r in s.table.indices(State.QUEUED, stalled=True).tolist() if r in waiting]
+        s.ready.remove(stalled)
+        for r in stalled:
+            s.ready.put_retry(r, s.feeder.handles[r], isolate=False)
+        running = len(s.table.indices(State.RUNNING, stalled=True))
+        note = f"; {running} stalled in flight stay with their batch" if running else ""
+        return CommandResult(True, len(stalled), f"requeued {len(stalled)} stalled task(s) to the front{note}")
+
+    def _quarantine_or_release(self, cmd: Quarantine | Release) -> CommandResult:
+        s = self.s
+        known = set(s.worker_ids) | set(self._known())
+        if cmd.worker not in known:
+            return CommandResult(False, 0, f"no worker {cmd.worker!r} (known: {', '.join(sorted(known))})")
+        quarantine = isinstance(cmd, Quarantine)
+        if quarantine:
+            s.quarantined.add(cmd.worker)
+        else:
+            s.quarantined.discard(cmd.worker)
+        if self._quarantine is not None:
+            self._quarantine(cmd.worker, quarantine)
+        # With every local worker quarantined, the waiting tasks are stalled by the operator.
+        pending = np.array(s.ready.pending(), np.int64)
+        if all(w in s.quarantined for w in s.worker_ids):
+            s.table.set_stall(pending, StallReason.CONTROL, ALL_QUARANTINED)
+        elif not s.feeder.paused:
+            s.table.clear_stall(pending)
+        if quarantine:
+            return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
+        return CommandResult(True, 0, f"worker {cmd.worker} released")

@@ -1,0 +1,290 @@
+"""The dispatcher: the lanes' host. It hands out batches, hears each batch's progress, and decides
+what a failure means.
+
+The decisions this module protects:
+- Only the dispatcher changes the task table on the lanes' behalf, always on the engine's loop;
+  lanes report to it (``LaneHost``), so every transition is checked in one place.
+- A batch is leased to the worker whose lane took it; a batch taken back from a convicted worker
+  is fenced, and nothing it reports afterwards counts.
+- A failed attempt is retried per policy (one task per batch when ``isolate``), and the failure
+  keeps its reason and traceback; an input that cannot be loaded fails at once (retrying cannot
+  fix a corrupt file); a write held by an outage and given up is neither done nor failed.
+- While the engine is paused, in an outage, or a worker is quarantined or convicted, its lanes
+  get no new batch (an empty, finished run still ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.batching import Batch
+from warpdeck.engine.input_errors import retryable
+from warpdeck.engine.lane_protocols import LaneLike
+from warpdeck.engine.outage import OutageAbandoned
+from warpdeck.engine.records import BatchRecord, NonFiniteOutput, format_exception
+from warpdeck.engine.run_state import RunState
+from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
+
+__all__ = ["Dispatcher"]
+
+#: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
+_TUNE_MIN_RECORDS = 4
+#: How often a lane of a convicted worker looks again for its re-birth (a new epoch).
+_REBIRTH_POLL_S = 0.25
+
+
+@dataclass(slots=True)
+class _Stall:
+    reason: StallReason
+    since: float
+
+
+class Dispatcher:
+    """Implements ``LaneHost`` (and the Ray lanes' ``claim`` and ``worker_lost``) over a ``RunState``."""
+
+    def __init__(self, state: RunState, on_convicted: Callable[[str, int, str], None] | None = None) -> None:
+        self.s = state
+        self._on_convicted = on_convicted
+        nl = len(state.lane_worker)
+        self._stalls: dict[int, _Stall] = {}
+        self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=state.tuner.window) for i in range(nl)}
+        self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
+        self._lane_wait: dict[int, tuple[float, StallReason]] = {}
+        #: When the run started (``time.perf_counter``), and how long its first batch took.
+        self.t0 = time.perf_counter()
+        self.first_batch_s: float | None = None
+
+    # -- handing out batches ----------------------------------------------------------------------
+    async def next_batch(self, lane: LaneLike) -> Batch | None:
+        """Hand ``lane`` its next batch; None once nothing can come any more."""
+        s = self.s
+        waited_from = time.perf_counter()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                worker = s.lane_worker[lane.id]
+                convicted = s.leases.held(worker)
+                held = (s.feeder.paused or s.feeder.held or convicted
+                        or (bool(s.quarantined) and worker in s.quarantined))
+                flush = s.feeder.exhausted or s.feeder.draining
+                if not held:
+                    batch = s.ready.take(flush=flush)
+                    if batch is not None:
+                        s.leases.lease(batch, worker)
+                        if len(s.ready) <= s.feeder.low:
+                            s.feeder.poke()
+                        s.metrics.serial_s += time.perf_counter() - t0
+                        return batch
+                if flush and len(s.ready) == 0 and s.inflight == 0:
+                    s.kick()
+                    return None
+                due = s.ready.next_due()
+                wake = s.wake
+                reason = StallReason.CONTROL if held else StallReason.MEMORY
+                self._lane_wait[lane.id] = (waited_from, reason)
+                timeout = None if due is None or held else max(0.0, due - time.monotonic()) + 1e-4
+                if convicted:  # look again for its re-birth (a new epoch)
+                    timeout = _REBIRTH_POLL_S
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):  # not wait_for: see Marker.wait
+                        await wake.wait()
+        finally:
+            wait = self._lane_wait.pop(lane.id, None)
+            if wait is not None:
+                s.metrics.add_stall(wait[1], time.perf_counter() - wait[0])
+
+    def on_admit(self) -> None:
+        """The feeder admitted tasks: fail those it could not use, apply waiting cancels and pauses."""
+        s = self.s
+        if s.feeder.failed_on_admit:
+            for row, reason in s.feeder.failed_on_admit:
+                s.fail(np.array([row], np.int64), reason)
+            s.feeder.failed_on_admit.clear()
+        s.task_keys.on_admit()
+        if s.feeder.paused:
+            s.table.set_stall(np.array(s.ready.pending(), np.int64), StallReason.CONTROL, "paused")
+        s.kick()
+
+    # -- LaneHost -----------------------------------------------------------------------------------
+    def on_started(self, batch: Batch) -> None:
+        t0 = time.perf_counter()
+        self.s.table.start(batch.idx, batch.id)
+        self.s.inflight += 1
+        self.s.metrics.serial_s += time.perf_counter() - t0
+
+    def fenced(self, batch: Batch) -> bool:
+        """True for a batch taken back from a convicted worker: nothing it reports counts."""
+        return self.s.leases.fenced(batch)
+
+    def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
+        s = self.s
+        if s.leases.fenced(batch):
+            return batch
+        keep = [j for j, e in enumerate(errors) if e is None]
+        for j, e in enumerate(errors):
+            if e is not None:
+                self.retry_or_fail(batch.idx[j:j + 1], f"input: {e}", format_exception(e), retry=retryable(e))
+        if not keep:
+            s.leases.release(batch)
+            s.inflight -= 1
+            s.kick()
+        return Batch(batch.id, batch.key, batch.idx[keep], [batch.items[j] for j in keep], batch.formed_at,
+                     batch.divergence, batch.lane, batch.slot, batch.retry)
+
+    def on_phase(self, batch: Batch, phase: Phase) -> None:
+        s = self.s
+        if s.leases.fenced(batch):
+            return
+        t0 = time.perf_counter()
+        s.task_keys.on_phase(batch.idx)
+        s.table.advance(s.live(batch.idx), phase)
+        s.metrics.serial_s += time.perf_counter() - t0
+
+    def on_stall(self, batch: Batch, reason: StallReason, note: str = "") -> None:
+        s = self.s
+        if s.leases.fenced(batch):
+            return
+        idx = s.live(batch.idx)
+        now = time.perf_counter()
+        prev = self._stalls.pop(batch.id, None)
+        if prev is not None:
+            s.metrics.add_stall(prev.reason, now - prev.since)
+        if reason is StallReason.NONE:
+            s.table.clear_stall(idx)
+            return
+        self._stalls[batch.id] = _Stall(reason, now)
+        s.table.set_stall(idx, reason, note)
+
+    def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None:
+        s = self.s
+        if s.leases.fenced(batch):
+            s.leases.reject(batch)
+            return
+        s.leases.release(batch)
+        s.inflight -= 1
+        self.on_stall(batch, StallReason.NONE)
+        idx = s.live(batch.idx)
+        reason = f"{phase.name.lower()}: {type(exc).__name__}: {exc}"
+        self.retry_or_fail(idx, reason, format_exception(exc), isolate=len(batch) > 1)
+        s.kick()
+
+    def on_sunk(self, batch: Batch, errors: Sequence[BaseException | None]) -> None:
+        s = self.s
+        if s.leases.fenced(batch):  # a result under a convicted epoch: its tasks run elsewhere
+            s.leases.reject(batch)
+            return
+        s.leases.release(batch)
+        t0 = time.perf_counter()
+        s.inflight -= 1
+        self.on_stall(batch, StallReason.NONE)
+        s.task_keys.on_phase(batch.idx)
+        ok = np.array([j for j, e in enumerate(errors) if e is None or _written(e)], np.int64)
+        rows = s.live(batch.idx[ok] if len(ok) else batch.idx[:0])
+        s.table.finish(rows)
+        for j, e in enumerate(errors):
+            if isinstance(e, NonFiniteOutput) and e.written:
+                s.table.set_flag(batch.idx[j:j + 1], str(e))
+        s.metrics.add_latencies(time.monotonic() - s.table.t_queued[rows])
+        for r in rows.tolist():
+            s.feeder.handles.pop(r, None)
+        for j, e in enumerate(errors):
+            if e is not None and s.table.state[batch.idx[j]] == State.RUNNING:
+                if isinstance(e, OutageAbandoned):  # neither done nor failed: a resume runs it again
+                    continue
+                if isinstance(e, NonFiniteOutput):  # the same input would give the same values
+                    self.retry_or_fail(batch.idx[j:j + 1], str(e), "", retry=False)
+                else:
+                    self.retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e))
+        if self.first_batch_s is None and len(rows):
+            self.first_batch_s = time.perf_counter() - self.t0
+        s.metrics.serial_s += time.perf_counter() - t0
+        s.kick()
+
+    def on_record(self, record: BatchRecord) -> None:
+        s = self.s
+        t0 = time.perf_counter()
+        s.metrics.add(record)
+        s.timeline.append(record)
+        recs = self._lane_records[record.lane]
+        recs.append(record)
+        self._since_tune[record.lane] += 1
+        if s.auto_depth and record.ok and self._since_tune[record.lane] >= s.tuner.window:
+            self._since_tune[record.lane] = 0
+            self._tune(s.lanes[record.lane], recs)
+        s.metrics.serial_s += time.perf_counter() - t0
+
+    def _tune(self, lane: LaneLike, recs: deque[BatchRecord]) -> None:
+        ok = [r for r in recs if r.ok]
+        if len(ok) < _TUNE_MIN_RECORDS:
+            return
+        sums = np.array([[r.duration(p) for p in RUN_PHASES] for r in ok]).sum(axis=0)
+        i = int(np.argmax(sums))
+        starts = [r.phases[i][0] for r in ok]
+        ends = [r.phases[i][1] for r in ok]
+        span = max(ends) - min(starts)
+        idle = 1.0 - float(sums[i]) / span if span > 0 else 0.0
+        used = sum(ln.nbytes for ln in self.s.lanes)
+        depth = self.s.tuner.decide(lane.id, lane.depth, idle, lane.slot_bytes, used)
+        if depth != lane.depth:
+            lane.set_depth(depth)
+
+    # -- failures and convictions -------------------------------------------------------------------
+    def retry_or_fail(self, rows: npt.NDArray[np.int64], reason: str, tb: str, *, retry: bool = True,
+                      isolate: bool = False) -> None:
+        """Another attempt for ``rows`` while the policy allows (``retry``: the error's class allows
+        one at all), else fail them for good."""
+        s = self.s
+        if len(rows) == 0:
+            return
+        can = retry & (s.table.attempt[rows] < s.spec.retry.max_attempts)  # attempts count from 1
+        again, final = rows[can], rows[~can]
+        if len(again):
+            s.table.new_attempt(again, "failed", reason, tb)
+            for r in again.tolist():
+                s.ready.put_retry(r, s.feeder.handles[r], isolate and s.spec.retry.isolate)
+        s.fail(final, reason, tb)
+
+    def reclaim(self, worker: str, epoch: int, why: str) -> None:
+        """``worker`` is convicted under ``epoch``: take back every batch it held."""
+        s = self.s
+        for lease in s.leases.convict(worker, epoch):
+            batch = lease.batch
+            s.inflight -= 1
+            self._stalls.pop(batch.id, None)
+            rows = s.live(batch.idx)
+            s.table.clear_stall(rows)
+            self.retry_or_fail(rows, f"worker {lease.worker} lost (epoch {lease.epoch}, {why})", "")
+        if self._on_convicted is not None:
+            self._on_convicted(worker, epoch, why)
+        s.kick()
+
+    def worker_lost(self, worker: str, epoch: int, reason: str) -> None:
+        """Ray reports an actor dead: convict its epoch as a Will would (whichever comes first)."""
+        self.reclaim(worker, epoch, f"ray: {reason}")
+
+    def claim(self, batch: Batch, epoch: int) -> bool | None:
+        """A remote result for ``batch``, computed under ``epoch``, is in the engine's hands: its
+        lease ends now, so no later conviction can requeue what is about to be committed. False:
+        the batch was fenced (reject the result); None: the result is from an epoch older than the
+        lease's (stale)."""
+        leases = self.s.leases
+        if leases.fenced(batch):
+            return False
+        leased = leases.epoch(batch)
+        if leased is not None and epoch < leased:
+            return None
+        leases.release(batch)
+        return True
+
+
+def _written(e: BaseException) -> bool:
+    """A flagged output: written, so its task is done (with a flag), not failed."""
+    return isinstance(e, NonFiniteOutput) and e.written

@@ -1,0 +1,50 @@
+"""A lane's host-side work on whole batches: loading inputs into a batch's rows, writing its outputs.
+
+The decision this module protects: both run on a lane's own host threads (fill and sink), never on
+the event loop or a device; each task's error is returned in its place, so one bad input or one
+failed write never fails its neighbours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from warpdeck.engine.records import NonFiniteOutput
+from warpdeck.engine.sinks import Sink
+from warpdeck.engine.sources import Source, TaskInput
+
+__all__ = ["load_rows", "write_outputs"]
+
+
+def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
+    """Load ``items`` into the rows of ``out``; each task's error (or None). Runs on a fill thread.
+    When some rows failed, the good ones are moved up to the front, in order, so that the batch of
+    the rest (``LaneHost.on_filled``) finds its inputs in ``out[:len(rest)]``."""
+    errors = source.load(items, out)
+    good = [j for j, e in enumerate(errors) if e is None]
+    if len(good) < len(errors) and good:
+        out[: len(good)] = out[good]
+    return errors
+
+
+def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -> list[BaseException | None]:
+    """Write row j of ``host_out`` under ``keys[j]``; each task's error (or None). Under the
+    ``nonfinite`` policy a row holding NaN or infinity is flagged (written) or failed (not written).
+    Runs on a sink thread: one vectorised finiteness pass per batch, never on a device."""
+    check = policy != "allow" and host_out.dtype.kind in "fc"
+    errors: list[BaseException | None] = []
+    bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
+    size = host_out[0].size if len(keys) else 0
+    for j, key in enumerate(keys):
+        if bad is not None and bad[j] and policy == "fail":
+            errors.append(NonFiniteOutput(key, bad[j], size, written=False))
+            continue
+        try:
+            sink.write(key, host_out[j])
+            errors.append(NonFiniteOutput(key, bad[j], size, written=True) if bad is not None and bad[j] else None)
+        except Exception as exc:  # noqa: BLE001 - per task
+            errors.append(exc)
+    return errors

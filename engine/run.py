@@ -1,0 +1,444 @@
+"""The engine: one run of a pipeline spec, wired from its parts and owned from start to report.
+
+The decisions this module protects:
+- The engine only wires and owns the run. The lanes' host is the dispatcher (``dispatcher.py``),
+  commands go to the command handler (``command_handler.py``), snapshots come from the snapshot
+  builder (``snapshot_builder.py``); they share one ``RunState``. Outages and journal failures are
+  the fault watch's (``fault_watch.py``).
+- The engine is an async context manager owning a TaskGroup of named tasks (feeder, lanes,
+  publisher, fault watch); leaving it stops and awaits every one of them; nothing is
+  fire-and-forget. The control plane runs on a thread of its own and joins after the run starts,
+  so the first batch never waits for it.
+- Every ending leaves a report, built from the final snapshot and the run's facts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.backends import Backend, NumpyBackend, select_backend
+from warpdeck.engine.batching import ReadyQueue
+from warpdeck.engine.command_handler import CommandHandler
+from warpdeck.engine.commands import Command, CommandResult
+from warpdeck.engine.config import PipelineSpec, resolve_target
+from warpdeck.engine.control.heartbeat import NvmlSampler, WorkerInfo, WorkerProbe
+from warpdeck.engine.control.monitor import Verdict
+from warpdeck.engine.control.plane import ControlPlane, ControlSettings
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.views import local_worker_id
+from warpdeck.engine.dispatcher import Dispatcher
+from warpdeck.engine.fault_watch import FaultWatch
+from warpdeck.engine.feeder import DepthTuner, Feeder, feeder_watermarks
+from warpdeck.engine.journal import Journal, JournalError, ResumeState, spec_identity
+from warpdeck.engine.journaled_table import JournaledTable
+from warpdeck.engine.lane_protocols import LaneLike
+from warpdeck.engine.lanes import Lane
+from warpdeck.engine.leases import LeaseBook
+from warpdeck.engine.metrics import MetricsAccumulator
+from warpdeck.engine.outage import HeldSink, Outage
+from warpdeck.engine.records import BatchRecord, StagePlan, plan_stages
+from warpdeck.engine.report import RunFacts, RunReport, make_report
+from warpdeck.engine.resume import ResumingSource
+from warpdeck.engine.run_state import RunState
+from warpdeck.engine.sinks import DurableSink, Sink, open_sink
+from warpdeck.engine.snapshot import EngineSnapshot, SnapshotPublisher, TaskDetail
+from warpdeck.engine.snapshot_builder import HOST, SnapshotBuilder
+from warpdeck.engine.sources import BatchKey, Source, TaskInput, open_source
+from warpdeck.engine.task_keys import TaskKeys
+from warpdeck.engine.tasks import State
+
+if TYPE_CHECKING:
+    from warpdeck.engine.scaleout.executor import RayExecutor
+
+__all__ = ["Engine"]
+
+#: How often outages and the journal's health are looked at (a journal failure stops the run within it).
+_FAULT_TICK_S = 0.1
+
+
+class Engine:
+    """Runs one pipeline spec. Use ``async with Engine(spec) as eng: report = await eng.wait()``."""
+
+    def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
+                 backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
+                 snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False,
+                 control: ControlSettings | None = None, workers: int = 1) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
+        #: executor = "ray": the actors that run the batches (None: lanes in this process).
+        self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend)
+        self.backend = backend if backend is not None else select_backend(spec.backend)
+        self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
+        # A run given a run directory is durable by default: journaled there, resumed from there.
+        # Without one (library calls, most tests) nothing is written unless journal=True.
+        durable = run_dir is not None if journal is None else journal
+        raw_source = source if source is not None else open_source(spec.source)
+        self.resume = ResumingSource(raw_source, self.sink) if durable else None
+        self.source: Source = self.resume if self.resume is not None else raw_source
+        self.retry_failed = retry_failed
+        self.journal: Journal | None = None
+        self.temps_cleaned = 0
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        self.state = self._make_state(workers)
+        #: The lanes' host: hands out batches, hears their progress, retries or fails.
+        self.dispatcher = Dispatcher(self.state, self._convicted)
+        self.commands = CommandHandler(self.state, known_workers=self._known_workers, quarantine=self._quarantine)
+        #: Outages (a full, read-only or failing disk) and journal failures, and when to stop.
+        self.faults = FaultWatch(spec.faults.outage_timeout_s)
+        self.state.lanes = self._make_lanes()
+        self.publisher = SnapshotPublisher()
+        self.control: ControlPlane | None = None
+        self._control_settings = control
+        self._snapshots = SnapshotBuilder(self.state, backend=self.backend, source=self.source, outage=self.outage,
+                                          executor=self.executor, control=lambda: self.control,
+                                          epoch_of=self._epoch_of)
+        self._snapshot_interval = snapshot_interval
+        self._status = "starting"
+        self._main: asyncio.Task[None] | None = None
+        self.report: RunReport | None = None
+
+    def _make_state(self, workers: int) -> RunState:
+        spec = self.spec
+        nl = spec.lanes * workers  # in-process workers: each a group of spec.lanes lanes with its own heartbeat
+        table = JournaledTable()
+        ready = ReadyQueue(spec.batch_size, spec.batch_timeout_s)
+        low, high = feeder_watermarks(spec, nl)
+        feeder = Feeder(self.source, table, ready, low, high, on_admit=self._on_admit,
+                        prepare=self._prepare if self.resume is not None else None)
+        worker_ids = _worker_ids(local_worker_id(HOST, self.backend.device_name), workers, self.executor)
+        return RunState(
+            spec=spec, table=table, ready=ready, feeder=feeder, leases=LeaseBook(self._epoch_of),
+            metrics=MetricsAccumulator(nl), task_keys=TaskKeys(table, ready, feeder, self.source, self.resume),
+            tuner=DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
+            worker_ids=worker_ids, lane_worker=[worker_ids[i // spec.lanes] for i in range(nl)],
+            auto_depth=spec.feeder.auto_depth)
+
+    # The parts are made after the callbacks they are given: these look them up when called.
+    def _kick(self) -> None:
+        self.state.kick()
+
+    def _on_admit(self) -> None:
+        self.dispatcher.on_admit()
+
+    def _make_lanes(self) -> Sequence[LaneLike]:
+        self._fns = tuple(resolve_target(s.fn) for s in self.spec.stages)
+        self._plans: dict[BatchKey, StagePlan] = {}
+        # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
+        sink = HeldSink(self.task_keys.guard(self.sink), self.outage, _sink_dir(self.sink, self.run_dir))
+        if self.executor is not None:
+            return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for)
+        return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
+                     self.spec.batch_size) for i in range(len(self.state.lane_worker))]
+
+    # -- what the run is made of (read-only views for the CLI, the TUI link and tests) ---------------
+    @property
+    def table(self) -> JournaledTable:
+        t = self.state.table
+        assert isinstance(t, JournaledTable)
+        return t
+
+    @property
+    def feeder(self) -> Feeder:
+        return self.state.feeder
+
+    @property
+    def leases(self) -> LeaseBook:
+        return self.state.leases
+
+    @property
+    def metrics(self) -> MetricsAccumulator:
+        return self.state.metrics
+
+    @property
+    def task_keys(self) -> TaskKeys:
+        """Cancel, retry and detail by key (tasks not admitted yet included)."""
+        return self.state.task_keys
+
+    @property
+    def lanes(self) -> Sequence[LaneLike]:
+        return self.state.lanes
+
+    @property
+    def worker_ids(self) -> list[str]:
+        """The workers' ids: the in-process ones, or the actors."""
+        return self.state.worker_ids
+
+    @property
+    def worker_id(self) -> str:
+        return self.state.worker_ids[0]
+
+    @property
+    def quarantined(self) -> set[str]:
+        """Workers an operator quarantined; the local one among them gets no new batches."""
+        return self.state.quarantined
+
+    @property
+    def timeline(self) -> tuple[BatchRecord, ...]:
+        """The last batch records (at most 2048), oldest first; a snapshot carries the last 512."""
+        return tuple(self.state.timeline)
+
+    @property
+    def first_batch_s(self) -> float | None:
+        return self.dispatcher.first_batch_s
+
+    @property
+    def outage(self) -> Outage:
+        """Writes held by a full, read-only or failing disk (outputs or journal)."""
+        return self.faults.outage
+
+    @property
+    def stopped_by(self) -> str:
+        """Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise)."""
+        return self.faults.stopped_by
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def __aenter__(self) -> Engine:
+        if self.resume is not None:
+            journal, state = await asyncio.to_thread(self._open_journal)
+            self.journal = journal
+            journal.outage = self.outage
+            self.table.attach(journal)
+            self.resume.begin(state, journal, self.retry_failed)
+            self.task_keys.attach(journal, state.cancels)
+        self.dispatcher.t0 = time.perf_counter()
+        self.outage.set_origin(self.dispatcher.t0)
+        self._status = "running"
+        self._main = asyncio.create_task(self._run(), name=f"warpdeck-engine-{self.spec.name}")
+        if self._control_settings is not None:
+            self._start_control(self._control_settings)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        try:
+            if self.executor is not None:
+                await self.executor.close()
+            if self.control is not None:
+                # The last telemetry (the final snapshot) goes out before the goodbye.
+                await asyncio.to_thread(self.control.stop)
+            self.outage.abandon()  # nothing still held may keep the journal from closing
+            if self.journal is not None:
+                try:
+                    await asyncio.to_thread(self.journal.close)
+                except JournalError as err:  # what the run did is in the report; the journal lost some
+                    if self.report is None:
+                        raise
+                    self.report = self.report.model_copy(update={"journal_error": str(err)})
+        finally:
+            self.backend.close()
+
+    async def wait(self) -> RunReport:
+        """Wait for the run to end and return its report."""
+        assert self._main is not None, "use the engine inside 'async with'"
+        await asyncio.shield(self._main)
+        assert self.report is not None
+        return self.report
+
+    async def _run(self) -> None:
+        try:
+            if self.executor is not None:  # before the task group: a failure to start is raised as is
+                self.publisher.publish(self.snapshot())
+                await self._start_executor(self.executor)
+            async with asyncio.TaskGroup() as tg:
+                helpers = [tg.create_task(self.feeder.run(), name="warpdeck-feeder"),
+                           tg.create_task(self._publish_loop(), name="warpdeck-snapshots"),
+                           tg.create_task(self._watch_faults(), name="warpdeck-faults")]
+                lanes = [tg.create_task(lane.run(), name=f"warpdeck-lane{lane.id}") for lane in self.lanes]
+                stop = tg.create_task(self.faults.stop.wait(), name="warpdeck-stop")
+                running = set(lanes)
+                while running:
+                    done, _ = await asyncio.wait([*running, stop], return_when=asyncio.FIRST_COMPLETED)
+                    running -= done
+                    for task in done - {stop}:
+                        task.result()  # a lane's own error is raised here
+                    if stop.done() and running:  # the engine stops itself: what is in flight stays for a resume
+                        for task in running:
+                            task.cancel()
+                        await asyncio.wait(running)
+                        break
+                for task in (*helpers, stop):
+                    task.cancel()
+        finally:
+            self.outage.abandon()
+            self._status = self._final_status()
+            self.report = make_report(self.snapshot(), self._facts())
+            self.publisher.publish(self.snapshot())
+            self.publisher.close()
+
+    def _final_status(self) -> str:
+        """Stopped (work left: tasks queued or running, or a source not exhausted nor drained) beats
+        cancelled beats drained beats finished."""
+        counts = self.table.counts()
+        unfinished = counts[State.QUEUED].sum() + counts[State.RUNNING].sum()
+        if unfinished or not (self.feeder.exhausted or self.feeder.draining):
+            return "stopped"
+        if self.state.cancelled_all:
+            return "cancelled"
+        return "drained" if self.feeder.draining else "finished"
+
+    def _facts(self) -> RunFacts:
+        """What the report needs beyond the final snapshot."""
+        t = self.table
+        unfinished = np.flatnonzero(t.state[: len(t)] >= State.FAILED)
+        return RunFacts(
+            batch_size=self.spec.batch_size, first_batch_s=self.first_batch_s,
+            failures=[(t.keys[r], t.error(r), int(t.attempt[r])) for r in unfinished.tolist()],
+            flags=[(t.keys[r], note) for r, note in sorted(t.flags().items())],
+            resume=self.resume, journal=self.journal, temps_cleaned=self.temps_cleaned, control=self.control,
+            outage=self.outage, stopped_by=self.stopped_by)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self.publisher.publish(self.snapshot())
+            await asyncio.sleep(self._snapshot_interval)
+
+    async def _watch_faults(self) -> None:
+        while True:
+            journal_failed = self.journal is not None and self.journal.error is not None
+            if self.faults.check(self.table, self.feeder, self.dispatcher.t0, journal_failed):
+                self.state.kick()
+                self.feeder.poke()
+            await asyncio.sleep(_FAULT_TICK_S)
+
+    def _open_journal(self) -> tuple[Journal, ResumeState]:
+        """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""
+        journal, state = Journal.open(self.run_dir, spec_identity(self.spec))
+        if isinstance(self.sink, DurableSink):
+            try:
+                self.temps_cleaned = self.sink.clean_temps()
+            except BaseException:
+                journal.close()
+                raise
+        return journal, state
+
+    def _prepare(self, rows: npt.NDArray[np.int64], items: list[TaskInput]) -> None:
+        assert self.resume is not None
+        self.resume.restore(self.table, rows, items)
+
+    def _plan_for(self, key: BatchKey) -> StagePlan:
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = plan_stages(self._fns, self.spec.stages, key, self.spec.nonfinite)
+        return plan
+
+    # -- commands and questions ---------------------------------------------------------------------
+    async def command(self, cmd: Command) -> CommandResult:
+        """Apply an operator command; the answer says what it did."""
+        result = self.commands.apply(cmd)
+        self.state.kick()
+        self.feeder.poke()
+        return result
+
+    def task_detail(self, key: str) -> TaskDetail | None:
+        """Everything known about one task (admitted, still to come, or finished by an earlier run),
+        or None for a key the engine does not know. On the engine's loop while the run lasts; from
+        any thread once it has ended (the table no longer changes)."""
+        return self.task_keys.detail(key)
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine as of now (cheap enough to call at 10 Hz with a million tasks)."""
+        return self._snapshots.build(self._status, self.dispatcher.t0)
+
+    # -- the control plane --------------------------------------------------------------------------
+    def _start_control(self, settings: ControlSettings) -> None:
+        """Join the control plane (a thread of its own); the first batch never waits for it."""
+        # Device load through NVML where the device is a GPU and nvidia-ml-py is installed.
+        # (NVML index 0: the CuPy backend drives device 0; CUDA_VISIBLE_DEVICES may renumber it.)
+        nvml = NvmlSampler(0) if self.backend.name == "cupy" else None
+        local = []
+        for wid in self.worker_ids if self.executor is None else ():  # actors heartbeat for themselves
+            lanes = [ln for ln in self.lanes if self.state.lane_worker[ln.id] == wid]
+            local.append((wid, WorkerInfo(device=self.backend.device_name, lanes=len(lanes), version=_version()),
+                          _probe(lanes, nvml)))
+        self.control = ControlPlane(settings, Topics(self.spec.name), workers=local,
+                                    latest=lambda: self.publisher.latest, command=self.command,
+                                    on_verdict=self._on_verdict)
+        self.control.start()
+
+    async def _start_executor(self, executor: RayExecutor) -> None:
+        """Start the actors once the control plane has a broker to give them (none: no heartbeats)."""
+        plane, broker, interval, secret = self.control, None, 0.5, None
+        if plane is not None:
+            await asyncio.to_thread(plane.connected.wait, 30)
+            broker, interval, secret = plane.address, plane.settings.heartbeat_s, plane.settings.secret
+        await executor.start(broker, interval, secret)
+
+    def _epoch_of(self, worker: str) -> int:
+        """The epoch ``worker`` heartbeats under now (0 without a control plane)."""
+        if self.executor is not None:
+            remote = self.executor.epoch_of(worker)
+            if remote is not None:
+                return remote
+        plane = self.control
+        return plane.epoch_of(worker) if plane is not None else 0
+
+    def _on_verdict(self, verdict: Verdict) -> None:
+        """The monitor convicted a worker: take back every batch it held (on the engine's loop)."""
+        if verdict.kind == "dead" and verdict.worker_id in self.worker_ids:
+            self.dispatcher.reclaim(verdict.worker_id, verdict.epoch, verdict.reason)
+
+    def _convicted(self, worker: str, epoch: int, why: str) -> None:
+        if self.executor is not None:
+            self.executor.convicted(worker, epoch, why)
+
+    def _known_workers(self) -> list[str]:
+        latest = self.publisher.latest
+        return [w.id for w in latest.workers] if latest is not None else []
+
+    def _quarantine(self, worker: str, on: bool) -> None:
+        if self.control is not None:
+            self.control.quarantine(worker, on)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("warpdeck")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a bare checkout
+        return "0+unknown"
+
+
+def _probe(lanes: list[LaneLike], nvml: NvmlSampler | None) -> WorkerProbe:
+    """What one in-process worker's heartbeat reports, read from the heartbeat's thread."""
+    return WorkerProbe(progress=lambda: sum(lane.batches_done for lane in lanes),
+                       lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
+                       leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()),
+                       device_stats=nvml if nvml is not None and nvml.available else None)
+
+
+def _sink_dir(sink: Sink, run_dir: Path) -> str:
+    """Where the sink writes, as an outage names it when its error names no file."""
+    where = getattr(sink, "dir", None)
+    return f"{where if isinstance(where, Path) else run_dir}{os.sep}"
+
+
+def _scale_out(spec: PipelineSpec, on_change: Callable[[], None], workers: int,
+               backend: Backend | None) -> tuple[RayExecutor | None, int, Backend | None]:
+    """For ``executor = "ray"``: the actors (joining the cluster), one worker per actor, and a
+    NumPy backend for the engine itself (it computes nothing). Otherwise what was given."""
+    if spec.executor.kind != "ray":
+        return None, workers, backend
+    from warpdeck.engine.scaleout.executor import RayExecutor  # noqa: PLC0415 - only a Ray run loads it
+
+    executor = RayExecutor(spec, on_change)
+    return executor, len(executor.workers), backend or NumpyBackend("executor = ray: stages run on the actors")
+
+
+def _worker_ids(base: str, workers: int, executor: RayExecutor | None) -> list[str]:
+    if executor is not None:
+        return executor.worker_ids
+    return [base] if workers == 1 else [f"{base}.w{k}" for k in range(workers)]

@@ -1,0 +1,85 @@
+"""One run's shared state: what the dispatcher, the command handler and the snapshot builder read
+and change, in one small object.
+
+The decision this module protects: the parts of a run are separate classes that can each be
+built and tested without the others (and without an event loop), yet they change one table, one
+ready queue and one set of leases. They share them through ``RunState``, which holds data and the
+few rules that are the state's own (how a task fails for good, how the lanes are woken), and no
+policy. Everything here is touched on the engine's loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.batching import ReadyQueue
+from warpdeck.engine.config import PipelineSpec
+from warpdeck.engine.feeder import DepthTuner, Feeder
+from warpdeck.engine.lane_protocols import LaneLike
+from warpdeck.engine.leases import LeaseBook
+from warpdeck.engine.metrics import MetricsAccumulator
+from warpdeck.engine.records import BatchRecord
+from warpdeck.engine.snapshot import TaskFailure
+from warpdeck.engine.task_keys import TaskKeys
+from warpdeck.engine.tasks import State, TaskTable
+
+__all__ = ["RunState"]
+
+
+@dataclass(eq=False)
+class RunState:
+    """The table, ready queue, feeder, leases, lanes and figures of one run."""
+
+    spec: PipelineSpec
+    table: TaskTable
+    ready: ReadyQueue
+    feeder: Feeder
+    leases: LeaseBook
+    metrics: MetricsAccumulator
+    task_keys: TaskKeys
+    tuner: DepthTuner
+    #: The workers' ids (in process, or the actors), and the worker each lane belongs to.
+    worker_ids: list[str]
+    lane_worker: list[str]
+    lanes: Sequence[LaneLike] = ()
+    #: Whether the depth tuner may change the lanes' slot depth (an operator's depth turns it off).
+    auto_depth: bool = True
+    #: Workers an operator quarantined; the local one among them gets no new batches.
+    quarantined: set[str] = field(default_factory=set)
+    #: The last failures (for the snapshot), and the last batch records (for the timeline).
+    failures: deque[TaskFailure] = field(default_factory=lambda: deque(maxlen=200))
+    timeline: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=2048))
+    #: Batches handed to lanes and not yet back.
+    inflight: int = 0
+    #: An operator cancelled the whole run.
+    cancelled_all: bool = False
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def wake(self) -> asyncio.Event:
+        """Set (and replaced) whenever a lane waiting for a batch should look again."""
+        return self._wake
+
+    def kick(self) -> None:
+        """Wake every lane that waits for a batch."""
+        ev, self._wake = self._wake, asyncio.Event()
+        ev.set()
+
+    def fail(self, rows: npt.NDArray[np.int64], reason: str, tb: str = "") -> None:
+        """Fail ``rows`` for good, keeping each in the snapshot's failures."""
+        if len(rows) == 0:
+            return
+        self.table.fail(rows, reason, tb)
+        for r in rows.tolist():
+            self.failures.append(TaskFailure(self.table.keys[r], reason, int(self.table.attempt[r])))
+
+    def live(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Those of ``rows`` still running (an operator may have cancelled some on the way)."""
+        out: npt.NDArray[np.int64] = rows[self.table.state[rows] == State.RUNNING]
+        return out
