@@ -41,8 +41,10 @@ import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.topics import Topics, check_name
 from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, WireError, decode, encode
+from warpdeck.engine.control.worker_auth import sign_worker, verified
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
 
@@ -105,8 +107,11 @@ class Heartbeater:
         info: WorkerInfo | None = None,
         interval_s: float = 0.5,
         keepalive_s: int = 5,
+        secret: bytes | None = None,
     ) -> None:
         self.address = address
+        #: Signs every birth, heartbeat and death, and only a signed death convicts this worker.
+        self.secret = secret
         self.topics = topics
         self.worker_id = check_name("worker id", worker_id)
         self.probe = probe or WorkerProbe()
@@ -183,7 +188,8 @@ class Heartbeater:
                 epoch = self._next_epoch()
                 will = aiomqtt.Will(
                     self.topics.worker(self.worker_id, "death"),
-                    encode(Death(worker=self.worker_id, epoch=epoch, reason="connection lost")),
+                    encode(sign_worker(self.secret, Death(worker=self.worker_id, epoch=epoch,
+                                                          reason="connection lost"))),
                     qos=1,
                     retain=True,
                 )
@@ -222,15 +228,18 @@ class Heartbeater:
         await client.publish(
             topics.worker(wid, "birth"),
             encode(
-                Birth(
-                    worker=wid,
-                    epoch=epoch,
-                    host=info.host,
-                    pid=info.pid,
-                    device=info.device,
-                    lanes=info.lanes,
-                    version=info.version,
-                    interval_s=self.interval_s,
+                sign_worker(
+                    self.secret,
+                    Birth(
+                        worker=wid,
+                        epoch=epoch,
+                        host=info.host,
+                        pid=info.pid,
+                        device=info.device,
+                        lanes=info.lanes,
+                        version=info.version,
+                        interval_s=self.interval_s,
+                    ),
                 )
             ),
             qos=1,
@@ -258,7 +267,7 @@ class Heartbeater:
             return
         await client.publish(
             topics.worker(wid, "death"),
-            encode(Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye)),
+            encode(sign_worker(self.secret, Death(worker=wid, epoch=epoch, graceful=True, reason=self._goodbye))),
             qos=1,
             retain=True,
         )
@@ -276,14 +285,18 @@ class Heartbeater:
             await client.publish(
                 hb_topic,
                 encode(
-                    Heartbeat(
-                        worker=wid,
-                        epoch=epoch,
-                        seq=self.seq,
-                        progress=last.progress,
-                        lanes_busy=last.lanes_busy,
-                        leased=last.leased[:4096],
-                        device=last.device,
+                    sign_worker(
+                        self.secret,
+                        Heartbeat(
+                            worker=wid,
+                            epoch=epoch,
+                            seq=self.seq,
+                            progress=last.progress,
+                            lanes_busy=last.lanes_busy,
+                            leased=last.leased[:4096],
+                            device=last.device,
+                            t=time.time(),
+                        ),
                     )
                 ),
                 qos=0,
@@ -308,7 +321,7 @@ class Heartbeater:
             except WireError:
                 continue
             if isinstance(death, Death) and death.worker == self.worker_id and death.epoch >= epoch \
-                    and not death.graceful:
+                    and not death.graceful and verified(self.secret, death):
                 return
 
     def _read_probe(self) -> None:
@@ -377,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         help="steady: a batch every 50 ms; stuck: a batch that never finishes; idle: nothing leased",
     )
     ap.add_argument("--ca-file", default=None)
+    ap.add_argument("--secret-file", default=None, help="sign births, heartbeats and deaths with this secret")
     args = ap.parse_args(argv)
     try:
         address = parse_broker(args.broker, args.ca_file)
@@ -384,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     if address is None:
         ap.error("a worker process needs a broker URL, not 'embedded'")
+    try:
+        secret = load_secret(args.secret_file) if args.secret_file else None
+    except ValueError as exc:
+        ap.error(str(exc))
     state = {"progress": 0}
     busy = 0 if args.work == "idle" else 1
     probe = WorkerProbe(
@@ -396,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         probe=probe,
         info=WorkerInfo(device="simulated", lanes=1, version="sim"),
         interval_s=args.interval,
+        secret=secret,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

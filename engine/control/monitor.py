@@ -19,7 +19,8 @@ The decisions this module protects (DESIGN.md section 5):
 Everything here is pure and clock-injected: the caller (the MQTT side) feeds events with ``now``
 from ``time.monotonic`` and calls ``tick`` a few times a second. A heartbeat costs O(1): it turns
 the detector's threshold into a deadline, so ``tick`` compares one float per worker and evaluates
-phi only for workers past their deadline.
+phi only for workers past their deadline; and it keeps the earliest deadline of all, so a ``tick``
+before it compares nothing (with steady heartbeats, one tick in about twenty scans the workers).
 """
 
 from __future__ import annotations
@@ -242,6 +243,9 @@ class WorkerMonitor:
         self._missed = 0
         self._duplicates = 0
         self._after_conviction = 0
+        #: No live worker's silence or stuck deadline falls before this (a lower bound: a deadline
+        #: set earlier lowers it; ``tick`` sets it exactly after each scan).
+        self._next_check = -_NEVER
 
     # -- events ------------------------------------------------------------------------------------
     def on_birth(
@@ -293,10 +297,16 @@ class WorkerMonitor:
         w.last_seq = seq
         # An interval spanning the monitor's own disconnection or input lag is not the worker's rhythm.
         last = w.last_hb
-        rhythm = last is not None and last >= self._floor and not (self._holds and self._held(last, now) > 0.0)
-        w.accrual.heartbeat(now, sample=rhythm)
+        floor = self._floor
+        rhythm = last is not None and last >= floor and not (self._holds and self._held(last, now) > 0.0)
+        accrual = w.accrual
+        accrual.heartbeat(now, sample=rhythm)
         w.last_hb = w.last_seen = now
-        self._arm_silence(w, now)
+        # _arm_silence written out: every heartbeat comes this way.
+        due = (now if now >= floor else floor) + min(accrual.silence_for(self.config.phi_threshold), w.backstop_s)
+        w.due = due
+        if due < self._next_check:  # noqa: PLR1730 - min() is a call more, on every heartbeat
+            self._next_check = due
         self._track_progress(w, progress, busy, now)
 
     def on_death(self, worker_id: str, epoch: int, now: float, graceful: bool) -> None:
@@ -353,6 +363,7 @@ class WorkerMonitor:
         w = self._workers.get(worker_id)
         if w is not None and w.hung_due != _NEVER:
             w.hung_due = w.stuck_since + self._deadline(worker_id)
+            self._watch(w.hung_due)
 
     def quarantine(self, worker_id: str) -> None:
         """Show the worker quarantined (across re-births) until ``release``; it is still judged."""
@@ -368,10 +379,11 @@ class WorkerMonitor:
         (deaths from ``on_death`` and recoveries from heartbeats included), oldest first."""
         out = self._pending
         self._pending = []
-        if not self._connected:
+        if not self._connected or now < self._next_check:
             return out
         judge_silence = now >= self._grace_until
         floor = self._floor
+        check = _NEVER
         for w in self._workers.values():
             if w.convicted_at is not None:
                 continue
@@ -379,24 +391,43 @@ class WorkerMonitor:
                 self._judge_silence(w, now)
                 if w.convicted_at is not None:
                     continue
-            if w.hung_due <= now and w.hung_since is None and w.last_hb is not None and w.last_hb >= floor:
-                w.hung_since = now
-                self._emit(w, VerdictKind.HUNG, "stuck", now)
+            if w.hung_since is None:
+                if w.hung_due <= now and w.last_hb is not None and w.last_hb >= floor:
+                    w.hung_since = now
+                    self._emit(w, VerdictKind.HUNG, "stuck", now)
+                elif w.hung_due < check:
+                    check = w.hung_due
+            check = min(check, w.due)
+        self._next_check = check
         out.extend(self._pending)
         self._pending = []
         return out
 
     def views(self, now: float) -> list[WorkerStatus]:
         """Every known worker at ``now``, in the order first heard."""
+        # Called a few times a second over every worker: _phi and _silence are written out here,
+        # and the rows built positionally (a frozen dataclass's keywords cost a fifth more).
         late_phi = self.config.late_phi
+        quarantined = self._quarantined
+        connected = self._connected
+        floor = self._floor
+        heard_until = now if connected else min(now, self._disconnected_at)
+        holds = self._holds
         out: list[WorkerStatus] = []
+        append = out.append
         for w in self._workers.values():
-            phi = self._phi(w, now)
-            if w.worker_id in self._quarantined:
+            seen, convicted, last_hb = w.last_seen, w.convicted_at, w.last_hb
+            if convicted is not None or seen is None:
+                phi = 0.0
+            else:
+                since = seen if seen >= floor else floor
+                silence = heard_until - since - (self._held(since, heard_until) if holds else 0.0)
+                phi = w.accrual.phi_after(silence if silence > 0.0 else 0.0)
+            if w.worker_id in quarantined:
                 state = WorkerState.QUARANTINED
-            elif w.convicted_at is not None:
+            elif convicted is not None:
                 state = WorkerState.DEAD
-            elif not self._connected or w.last_seen is None or w.last_seen < self._floor:
+            elif not connected or seen is None or seen < floor:
                 state = WorkerState.STALE
             elif w.hung_since is not None:
                 state = WorkerState.HUNG
@@ -404,22 +435,8 @@ class WorkerMonitor:
                 state = WorkerState.LATE
             else:
                 state = WorkerState.ONLINE
-            out.append(
-                WorkerStatus(
-                    worker_id=w.worker_id,
-                    state=state,
-                    epoch=w.epoch,
-                    heartbeat_age_s=None if w.last_hb is None else now - w.last_hb,
-                    phi=phi,
-                    progress=w.progress,
-                    busy=w.busy,
-                    last_seq=w.last_seq,
-                    info=w.info,
-                    convicted_at=w.convicted_at,
-                    hung_since=w.hung_since,
-                    missed_heartbeats=w.missed,
-                )
-            )
+            append(WorkerStatus(w.worker_id, state, w.epoch, None if last_hb is None else now - last_hb, phi,
+                                w.progress, w.busy, w.last_seq, w.info, convicted, w.hung_since, w.missed))
         return out
 
     @property
@@ -470,6 +487,11 @@ class WorkerMonitor:
 
     def _arm_silence(self, w: _Worker, now: float) -> None:
         w.due = max(now, self._floor) + self._budget(w)
+        self._watch(w.due)
+
+    def _watch(self, deadline: float) -> None:
+        """A deadline was set: ``tick`` must look no later than it."""
+        self._next_check = min(self._next_check, deadline)
 
     def _silence(self, w: _Worker, now: float) -> float | None:
         """Silence as the monitor could hear it: from the reconnection at the earliest, and frozen
@@ -530,6 +552,7 @@ class WorkerMonitor:
             # A stuck clock starts when work is taken up or progress moves, not when it last moved.
             w.stuck_since = now
             w.hung_due = now + self._deadline(w.worker_id)
+            self._watch(w.hung_due)
         elif not busy:
             w.hung_due = _NEVER
         if w.hung_since is not None and (moved or not busy):

@@ -12,7 +12,9 @@ The normal CDF uses the logistic approximation that Akka and Cassandra use,
 ``F(y) = 1 / (1 + exp(-y (1.5976 + 0.070566 y^2)))``, so ``phi = -log10(1 - F(y))`` is
 ``softplus(z) / ln 10`` with ``z = y (1.5976 + 0.070566 y^2)``: finite and exact for any silence,
 with no overflow and no log of zero. The code is pure and clock-injected: callers pass ``now``
-(seconds from ``time.monotonic``). A heartbeat costs O(1): running sums over the window.
+(seconds from ``time.monotonic``). A heartbeat costs O(1): running sums over the window, and the
+window's mean and standard deviation are worked out once per change of the window, not on every
+question (a monitor asks for phi and a silence budget of every worker several times a second).
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ _MAX_SIGMAS = 50.0
 
 def phi_of_sigmas(y: float) -> float:
     """phi for a silence ``y`` standard deviations past the expected arrival (y may be negative)."""
-    y = min(max(y, -_MAX_SIGMAS), _MAX_SIGMAS)
+    # Comparisons rather than min/max/abs calls: this runs for every worker a monitor shows.
+    if y > _MAX_SIGMAS:
+        y = _MAX_SIGMAS
+    elif y < -_MAX_SIGMAS:
+        y = -_MAX_SIGMAS
     z = y * (_B + _A * y * y)
     # softplus(z) = log(1 + e^z), written so that neither branch can overflow.
-    return (max(z, 0.0) + math.log1p(math.exp(-abs(z)))) / _LN10
+    if z > 0.0:
+        return (z + math.log1p(math.exp(-z))) / _LN10
+    return math.log1p(math.exp(z)) / _LN10
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,7 +75,10 @@ class PhiAccrual:
 
     __slots__ = (
         "_evictions",
+        "_expect",
         "_intervals",
+        "_mean",
+        "_std",
         "_sum",
         "_sumsq",
         "acceptable_pause_s",
@@ -101,6 +112,9 @@ class PhiAccrual:
         self._sum = 0.0
         self._sumsq = 0.0
         self._evictions = 0
+        #: ``mean_std()``, and the mean plus the acceptable pause: worked out when the window changes.
+        self._mean = self._std = self._expect = 0.0
+        self._refresh()
 
     @property
     def samples(self) -> int:
@@ -113,6 +127,7 @@ class PhiAccrual:
         self._intervals.clear()
         self._sum = self._sumsq = 0.0
         self._evictions = 0
+        self._refresh()
 
     def heartbeat(self, now: float, *, sample: bool = True) -> None:
         """Record a heartbeat at ``now``. ``sample=False`` restarts the clock without learning the
@@ -121,7 +136,7 @@ class PhiAccrual:
         self.last_arrival = now
         if not sample or last is None:
             return
-        interval = max(now - last, 0.0)
+        interval = now - last if now > last else 0.0
         window = self._intervals
         if len(window) == window.maxlen:
             old = window[0]
@@ -136,20 +151,26 @@ class PhiAccrual:
             self._sum = math.fsum(window)
             self._sumsq = math.fsum(x * x for x in window)
             self._evictions = 0
+        self._refresh()
+
+    def _refresh(self) -> None:
+        n = len(self._intervals)
+        if n < self.min_samples:
+            mean, std = self.interval_s, max(self.min_std_s, self.interval_s / 4.0)
+        else:
+            mean = self._sum / n
+            var = self._sumsq / n - mean * mean
+            std = math.sqrt(var) if var > 0.0 else 0.0
+            std = max(std, self.min_std_s)
+        self._mean, self._std, self._expect = mean, std, mean + self.acceptable_pause_s
 
     def mean_std(self) -> tuple[float, float]:
         """The expected interval (without the acceptable pause) and its floored standard deviation."""
-        n = len(self._intervals)
-        if n < self.min_samples:
-            return self.interval_s, max(self.min_std_s, self.interval_s / 4.0)
-        mean = self._sum / n
-        var = max(self._sumsq / n - mean * mean, 0.0)
-        return mean, max(math.sqrt(var), self.min_std_s)
+        return self._mean, self._std
 
     def phi_after(self, silence_s: float) -> float:
         """phi for ``silence_s`` seconds since the last heartbeat."""
-        mean, std = self.mean_std()
-        return phi_of_sigmas((silence_s - mean - self.acceptable_pause_s) / std)
+        return phi_of_sigmas((silence_s - self._expect) / self._std)
 
     def phi(self, now: float) -> float:
         """phi at ``now``; 0.0 before the first heartbeat (nothing is expected yet)."""
@@ -159,5 +180,4 @@ class PhiAccrual:
 
     def silence_for(self, phi: float) -> float:
         """Seconds of silence after which phi reaches ``phi``, under the current window."""
-        mean, std = self.mean_std()
-        return mean + self.acceptable_pause_s + sigmas_for_phi(phi) * std
+        return self._expect + sigmas_for_phi(phi) * self._std

@@ -10,7 +10,10 @@ The decisions this module protects:
   commands and verdicts to the engine's loop with ``call_soon_threadsafe``; a broker that is away
   only stops telemetry, and the plane reconnects with backoff.
 - Every message is validated once, here, at the socket; a bad one is counted by reason and
-  dropped. A command is verified (HMAC, expiry, replay) before the engine sees it.
+  dropped. A command is verified (HMAC, expiry, replay) as it is read, before the engine sees it.
+- Refusing is cheap: a refused command or dropped message costs no task and no publish of its
+  own; each reason is told in at most one event a second, and every event waits in one bounded
+  queue that drops the oldest (per-task events first) when full (engine/control/outbox.py).
 - A worker convicted for silence is told so by a retained death for that epoch on its own death
   topic: if it is alive after all, it is born again under a new epoch (engine/control/heartbeat.py).
 - While the plane is itself disconnected the monitor convicts nobody (it marks workers stale);
@@ -42,6 +45,7 @@ from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerPro
 from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
+from warpdeck.engine.control.outbox import EventQueue, Summaries
 from warpdeck.engine.control.signing import CommandRefused, Verifier
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, summarize
@@ -57,6 +61,7 @@ from warpdeck.engine.control.wire import (
     decode,
     encode,
 )
+from warpdeck.engine.control.worker_auth import WorkerAuth, sign_worker
 from warpdeck.engine.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
@@ -64,8 +69,10 @@ __all__ = ["ControlPlane", "ControlSettings"]
 
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
-_CMD_KINDS = frozenset(("cmd",))
 _MAX_NONCE = 64
+#: Long-lived publishers draining the event queue, so at most this many QoS-1 events await their
+#: acknowledgement at once (aiomqtt warns above 10 pending calls, telemetry's and deaths' included).
+_EVENT_PUBLISHERS = 4
 
 
 @dataclass(slots=True)
@@ -120,8 +127,15 @@ class ControlPlane:
         hold = settings.input_lag_hold_s
         self.lag = InputLag(hold, resume_s=(hold or 0.5) / 2)
         self.verifier = Verifier(settings.secret)
+        #: Which worker messages to act on: with a secret, only those that verify.
+        self.worker_auth = WorkerAuth(settings.secret)
         self.dropped = DropCounter()
         self.refused: Counter[str] = Counter()
+        #: Refusals and drops per reason, told at most once a second each.
+        self.summaries = Summaries()
+        #: Every event on its way out; when full the oldest goes (per-task events first), counted in
+        #: ``events.dropped``: never in ``dropped``, which counts what others sent.
+        self.events = EventQueue()
         self.applied = 0
         self.reconnects = 0
         self.connected = threading.Event()
@@ -134,7 +148,6 @@ class ControlPlane:
         #: The current connection's batched reader (None: aiomqtt's own path).
         self.batched: BatchedReader | None = None
         self._command_tasks: set[asyncio.Task[None]] = set()
-        self._pending_events: list[Event] = []
         #: Silent convictions to tell their workers (a retained death on each one's death topic).
         self._pending_deaths: list[Verdict] = []
         #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
@@ -185,6 +198,7 @@ class ControlPlane:
             reconnects=self.reconnects,
             input_lag_s=self.lag.lag_s,
             lag_holds=self.lag.holds,
+            workers_signed=self.settings.secret is not None,
         )
 
     # -- the control thread -------------------------------------------------------------------
@@ -197,7 +211,8 @@ class ControlPlane:
                 self.address = await asyncio.to_thread(self._broker.start)
             for wid, info, probe in self._local:
                 heart = Heartbeater(
-                    self.address, self.topics, wid, probe=probe, info=info, interval_s=self.settings.heartbeat_s
+                    self.address, self.topics, wid, probe=probe, info=info, interval_s=self.settings.heartbeat_s,
+                    secret=self.settings.secret,
                 )
                 self.heartbeaters[wid] = heart
                 heart.start()
@@ -243,6 +258,7 @@ class ControlPlane:
                     self.batched = read_in_batches(client, self._on_raw, every) if every else None
                     try:
                         await self._serve(client, stopping)
+                        await self._flush_events(client)
                         await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
                     finally:
                         if self.batched is not None:
@@ -280,18 +296,20 @@ class ControlPlane:
                                 (tp.every_worker("death"), 1), (tp.cmd, 1)])
         self.connected.set()
         self.error = ""
-        publisher = asyncio.create_task(self._publish_loop(client, stopping))
-        reader = asyncio.create_task(self._read_loop(client))
-        stop = asyncio.create_task(stopping.wait())
+        stop = asyncio.create_task(stopping.wait(), name="wd-plane-stop")
+        tasks = [asyncio.create_task(self._publish_loop(client, stopping), name="wd-plane-telemetry"),
+                 asyncio.create_task(self._read_loop(client), name="wd-plane-read"),
+                 *(asyncio.create_task(self._send_events(client), name=f"wd-plane-events-{i}")
+                   for i in range(_EVENT_PUBLISHERS)), stop]
         try:
-            done, _ = await asyncio.wait({publisher, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not stop and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]  # an MqttError: reconnect
         finally:
-            for t in (publisher, reader, stop):
+            for t in tasks:
                 t.cancel()
-            for t in (publisher, reader, stop):
+            for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
 
@@ -311,19 +329,16 @@ class ControlPlane:
         try:
             self._on_message(topic, payload, retain)
         except Exception as exc:  # noqa: BLE001 - one bad message never stops the plane
-            self.dropped.drop("error", f"{type(exc).__name__}: {exc}")
+            self._drop("error", f"{type(exc).__name__}: {exc}")
             _log.warning("control plane: message on %s dropped: %r", topic, exc)
 
     def _on_message(self, topic: str, payload: bytes, retain: bool) -> None:
         if topic == self._cmd_topic:
-            # Commands are rare and wait on the engine's loop: one task each, in arrival order.
-            task = asyncio.create_task(self._on_command(self._client, payload))
-            self._command_tasks.add(task)
-            task.add_done_callback(self._command_tasks.discard)
+            self._on_command(payload)
             return
         parsed = self.topics.parse_worker(topic)
         if parsed is None:  # amqtt also hands out retained messages of topics we did not ask for
-            self.dropped.drop("wrong_topic", topic)
+            self._drop("wrong_topic", topic)
             return
         wid, which = parsed
         if not payload and retain:  # a cleared retained message: nothing to learn
@@ -331,15 +346,20 @@ class ControlPlane:
         try:
             msg = decode(payload, _WORKER_KINDS[which])
         except WireError as exc:
-            self.dropped.drop(exc)
+            self._drop(exc)
             return
         self._on_worker(wid, msg, retained=retain)
 
     def _on_worker(self, wid: str, msg: object, *, retained: bool = False) -> None:
         now = time.monotonic()
         if getattr(msg, "worker", wid) != wid:
-            self.dropped.drop("wrong_topic", f"worker {getattr(msg, 'worker', '')!r} on {wid!r}'s topic")
+            self._drop("wrong_topic", f"worker {getattr(msg, 'worker', '')!r} on {wid!r}'s topic")
             return
+        if isinstance(msg, Heartbeat | Birth | Death):
+            refused = self.worker_auth.accept(msg)
+            if refused is not None:  # never acted on, never a record
+                self._drop(refused, f"{msg.kind} of {wid!r} (epoch {msg.epoch})")
+                return
         if isinstance(msg, Heartbeat):
             self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
             self._heard[wid] = msg
@@ -357,43 +377,65 @@ class ControlPlane:
                 # drops us: hold a Will briefly and drop it if our own connection goes too.
                 self._wills[wid] = (msg.epoch, now)
 
-    async def _on_command(self, client: Any, payload: bytes | bytearray) -> None:
-        ref = _nonce_of(payload)
+    def _drop(self, err: WireError | str, detail: str = "") -> None:
+        """Count a dropped message by reason; its reason's event waits for that reason's turn."""
+        self.dropped.drop(err, detail)
+        first = self.summaries.note("message_dropped", err.reason if isinstance(err, WireError) else err,
+                                    self.dropped.last)
+        if first is not None:
+            self.events.put(first)
+
+    def _on_command(self, payload: bytes) -> None:
+        """Verify a command as it is read: a refusal costs no task and no publish of its own. A
+        verified command waits on the engine's loop in a task of its own, in arrival order."""
         try:
-            cmd = self.verifier.verify(bytes(payload))
+            cmd = self.verifier.verify(payload)
         except CommandRefused as exc:
             self.refused[exc.reason] += 1
-            await self._event(client, Event(what="command_refused", reason=str(exc)[:4096], t=time.time(), ref=ref))
+            first = self.summaries.note("command_refused", exc.reason, str(exc), lambda: _nonce_of(payload))
+            if first is not None:
+                self.events.put(first)
             return
+        task = asyncio.create_task(self._apply(cmd, _nonce_of(payload)))
+        self._command_tasks.add(task)
+        task.add_done_callback(self._command_tasks.discard)
+
+    async def _apply(self, cmd: Command, ref: str) -> None:
         assert self._engine_loop is not None
         fut: Future[CommandResult] = asyncio.run_coroutine_threadsafe(self._run_command(cmd), self._engine_loop)
         try:
             result = await asyncio.wrap_future(fut)
         except Exception as exc:  # noqa: BLE001 - reported, never raised into the plane
-            await self._event(
-                client,
-                Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time(), ref=ref),
-            )
+            self.events.put(Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time(),
+                                  ref=ref))
             return
         self.applied += 1
-        await self._event(
-            client,
-            Event(
-                what="command_applied" if result.ok else "command_refused",
-                subject=cmd.kind,
-                reason=result.message[:4096],
-                t=time.time(),
-                ref=ref,
-                affected=result.affected,
-            ),
-        )
+        self.events.put(Event(what="command_applied" if result.ok else "command_refused", subject=cmd.kind,
+                              reason=result.message[:4096], t=time.time(), ref=ref, affected=result.affected))
 
     async def _run_command(self, cmd: Command) -> CommandResult:
         return await self._command(cmd)
 
-    async def _event(self, client: Any, ev: Event) -> None:
-        with contextlib.suppress(Exception):
-            await client.publish(self.topics.events, encode(ev), qos=1)
+    async def _flush_events(self, client: Any, limit_s: float = 0.5) -> None:
+        """On the way out: every untold summary first (the queue may hold thousands of per-task events),
+        then what the queue holds, for at most ``limit_s``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancellation (3.11)
+                for ev in self.summaries.due(force=True):
+                    await client.publish(self.topics.events, encode(ev), qos=1)
+                while len(self.events):
+                    await client.publish(self.topics.events, encode(await self.events.get()), qos=1)
+
+    async def _send_events(self, client: Any) -> None:
+        """One of the long-lived publishers of the event queue (a publish that fails goes back)."""
+        events, topic = self.events, self.topics.events
+        while True:
+            ev = await events.get()
+            try:
+                await client.publish(topic, encode(ev), qos=1)
+            except aiomqtt.MqttError:
+                events.put_back(ev)
+                raise
 
     async def _publish_loop(self, client: Any, stopping: asyncio.Event) -> None:
         period = 1.0 / self.settings.telemetry_hz
@@ -408,16 +450,13 @@ class ControlPlane:
                     since = max(r.end for r in tel.timeline)
                 await client.publish(self.topics.telemetry, encode(tel), qos=0)
                 for ev in tracker.events(snap):
-                    await client.publish(self.topics.events, encode(ev), qos=1)
-            for ev in self._pending_events:
-                await client.publish(self.topics.events, encode(ev), qos=1)
-            self._pending_events.clear()
+                    self.events.put(ev)
             deaths, self._pending_deaths = self._pending_deaths, []
             for v in deaths:
                 # A worker convicted for silence may be alive (thawed, or starved): this tells it,
                 # and it is born again under a new epoch; a monitor that attaches later learns it too.
                 why = f"convicted: silent for {v.silence_s or 0:.1f} s"
-                death = Death(worker=v.worker_id, epoch=v.epoch, reason=why)
+                death = sign_worker(self.settings.secret, Death(worker=v.worker_id, epoch=v.epoch, reason=why))
                 await client.publish(self.topics.worker(v.worker_id, "death"), encode(death), qos=1, retain=True)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period):  # not wait_for: it can swallow a cancellation (3.11)
@@ -445,9 +484,11 @@ class ControlPlane:
                 self._release_wills(now)
             self._measure_lag(now)
             verdicts = self.monitor.tick(now)
+            for ev in self.summaries.due():
+                self.events.put(ev)
             for verdict in verdicts:
                 self.verdicts.append(verdict)
-                self._pending_events.append(_verdict_event(verdict))
+                self.events.put(_verdict_event(verdict))
                 if verdict.kind == "dead" and verdict.reason == "silent":
                     self._pending_deaths.append(verdict)
                 if self._on_verdict is not None and self._engine_loop is not None:

@@ -32,7 +32,7 @@ from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode
-from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.snapshot import EngineSnapshot, TaskDetail
 
 __all__ = ["RemoteEngine", "read_recording"]

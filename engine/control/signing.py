@@ -4,8 +4,13 @@ The decisions this module protects:
 - The secret comes from a file or the environment (``WARPDECK_SECRET``), never from the command line
   (it would show in ``ps``) and never on the wire.
 - A command is refused, with a reason that is counted, when it is unsigned, badly signed, outside
-  the clock-skew window (``expired``), a replay of a nonce seen within that window, or not a
-  command. Nonces are remembered only as long as the window, so the cache stays small.
+  the clock-skew window (``expired``; a timestamp that is not a finite number never is inside it), a
+  replay of a nonce seen within that window, or not a command.
+- Nonces are remembered by when they arrived (the monotonic clock), never by the timestamp the
+  message carries: each for as long as its signature could still pass the window, and at most
+  ``max_nonces`` of them. When that many commands arrived within the window, the next is refused
+  (``flood``) rather than a remembered nonce forgotten early, which would let its command be replayed.
+  Only holders of the secret can fill the cache: a nonce is remembered once its signature verified.
 - Signatures are compared in constant time.
 """
 
@@ -18,6 +23,7 @@ import os
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,16 +31,20 @@ from pydantic import ValidationError
 from warpdeck.engine.commands import COMMAND_ADAPTER, Command
 from warpdeck.engine.control.wire import SignedCommand, WireError, decode, encode
 
-__all__ = ["SECRET_ENV", "CommandRefused", "Signer", "Verifier", "load_secret"]
+__all__ = ["SECRET_ENV", "CommandRefused", "NonceCache", "Signer", "Verifier", "load_secret"]
 
 SECRET_ENV = "WARPDECK_SECRET"
 #: Shortest secret accepted, in bytes: HMAC-SHA256 wants at least 128 bits of key.
 MIN_SECRET_BYTES = 16
+#: Most commands accepted within one replay window (twice the clock-skew window): far more than
+#: operators send, and about 1 MB of nonces.
+MAX_NONCES = 4096
 
 
 class CommandRefused(Exception):
     """A command that will not run; ``reason`` is one of unsigned, bad_signature, expired,
-    replayed, invalid, no_secret (this engine was started without a secret)."""
+    replayed, invalid, flood (too many commands within the window), no_secret (this engine was
+    started without a secret)."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
@@ -81,18 +91,61 @@ class Signer:
         return encode(self.sign(cmd, now))
 
 
-class Verifier:
-    """Checks signed commands (the engine's side). Not thread-safe: one consumer."""
+class NonceCache:
+    """Nonces already used, each kept for ``keep_s`` after it arrived, at most ``limit`` at once.
 
-    def __init__(self, secret: bytes | None, max_skew_s: float = 30.0) -> None:
-        self._secret = secret
-        self.max_skew_s = max_skew_s
+    Arrival times come from ``clock`` (monotonic), so they only grow: the oldest nonce is always at the
+    head, and pruning never stops at a message that named a time of its own choosing."""
+
+    def __init__(self, keep_s: float, limit: int = MAX_NONCES, clock: Callable[[], float] = time.monotonic) -> None:
+        self.keep_s = keep_s
+        self.limit = limit
+        self._clock = clock
         self._seen: set[str] = set()
         self._order: deque[tuple[float, str]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, nonce: object) -> bool:
+        return nonce in self._seen
+
+    @property
+    def full(self) -> bool:
+        """True when ``limit`` nonces arrived within ``keep_s``; ``prune`` first."""
+        return len(self._order) >= self.limit
+
+    def prune(self) -> None:
+        """Forget the nonces that arrived more than ``keep_s`` ago."""
+        order, oldest = self._order, self._clock() - self.keep_s
+        while order and order[0][0] < oldest:
+            self._seen.discard(order.popleft()[1])
+
+    def add(self, nonce: str) -> None:
+        """Remember ``nonce`` from now on (the caller checks ``full`` first)."""
+        self._seen.add(nonce)
+        self._order.append((self._clock(), nonce))
+
+
+class Verifier:
+    """Checks signed commands (the engine's side). Not thread-safe: one consumer.
+
+    ``clock`` times arrivals for the replay cache (monotonic); ``now`` in ``verify`` is the wall clock
+    that a command's timestamp is compared with."""
+
+    def __init__(self, secret: bytes | None, max_skew_s: float = 30.0, *, max_nonces: int = MAX_NONCES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._secret = secret
+        self.max_skew_s = max_skew_s
+        # A command signed at ts passes the window until ts + skew, and arrives no earlier than
+        # ts - skew: its nonce must outlive its arrival by twice the window.
+        self.nonces = NonceCache(2 * max_skew_s, max_nonces, clock)
 
     def verify(self, payload: bytes | SignedCommand, now: float | None = None) -> Command:
         """The command, or ``CommandRefused`` with the reason."""
         t = time.time() if now is None else now
+        nonces = self.nonces
+        nonces.prune()
         if isinstance(payload, SignedCommand):
             msg = payload
         else:
@@ -107,24 +160,20 @@ class Verifier:
             raise CommandRefused("no_secret", "this engine has no command secret, so it accepts no remote commands")
         if not hmac.compare_digest(_mac(self._secret, msg.ts, msg.nonce, msg.body), msg.sig):
             raise CommandRefused("bad_signature", "the signature does not match")
-        if abs(t - msg.ts) > self.max_skew_s:
+        # Written so that a NaN (which compares false with everything) is refused, not let through.
+        if not abs(t - msg.ts) <= self.max_skew_s:
             raise CommandRefused("expired", f"signed {t - msg.ts:+.1f} s from now (window ±{self.max_skew_s:g} s)")
-        self._forget(t)
-        if msg.nonce in self._seen:
+        if msg.nonce in nonces:
             raise CommandRefused("replayed", f"nonce {msg.nonce[:8]}… already used")
         try:
             cmd = COMMAND_ADAPTER.validate_json(msg.body)
         except ValidationError as exc:
             raise CommandRefused("invalid", f"not a command: {exc.errors()[0]['msg']}") from None
-        self._seen.add(msg.nonce)
-        self._order.append((msg.ts, msg.nonce))
+        if nonces.full:
+            raise CommandRefused("flood", f"{nonces.limit} commands accepted in the last {nonces.keep_s:g} s; "
+                                          "this one is refused so that none of them can be replayed")
+        nonces.add(msg.nonce)
         return cmd
-
-    def _forget(self, now: float) -> None:
-        # A nonce older than the window can never verify again (it is expired), so drop it.
-        order = self._order
-        while order and order[0][0] < now - self.max_skew_s:
-            self._seen.discard(order.popleft()[1])
 
 
 def _looks_unsigned(payload: bytes) -> bool:

@@ -11,13 +11,18 @@ subscriber took 9 to 15 % of a core at that rate, more than the monitor's whole 
 1. paho's ``_sock_recv`` reads the socket in 64 KiB chunks into a buffer and serves paho's small
    reads from it, so a burst of messages costs one system call;
 2. the socket's reader, once woken, drains every complete packet, then sleeps ``every_s`` (10 ms)
-   before it listens again, so the messages of those milliseconds are read in one pass; 10 ms is
-   nothing next to the 0.5 s and 3 s conviction bounds;
+   and reads again, so the messages of those milliseconds are read in one pass; 10 ms is nothing
+   next to the 0.5 s and 3 s conviction bounds. While every pass finds something the socket is
+   polled on that timer, never registered again (a reader added and removed is two ``epoll_ctl``
+   calls and a handle, which on the 2-core VM cost as much as the read); a pass that finds nothing
+   listens for the socket again. A read shorter than the buffer took all there was (plain TCP; not
+   TLS, whose reads end at a record), so a pass ends without another read to learn that;
 3. each PUBLISH goes straight to ``handler(topic, payload, retain)``, with no aiomqtt ``Message``
-   and no queue; a QoS 0 PUBLISH wholly in the buffer (a heartbeat) is even parsed here, at a
-   packet boundary, without paho (its parse, message object and callback took 9 µs of the 13 µs a
-   heartbeat costs). Everything else (QoS 1 births and deaths, acknowledgements, PINGRESP, a packet
-   split between reads, MQTT 5) goes through paho as before, in order.
+   and no queue; the QoS 0 PUBLISH packets wholly in the buffer (heartbeats) are even parsed here,
+   a run of them in one loop, at a packet boundary, without paho (its parse, message object and
+   callback took 9 µs of the 13 µs a heartbeat cost). Everything else (QoS 1 births and deaths,
+   acknowledgements, PINGRESP, a packet split between reads, MQTT 5) goes through paho as before,
+   in order.
 
 This reaches into aiomqtt's and paho's internals (``Client._client``, ``Client._disconnected``,
 ``paho.Client._sock_recv``, ``loop_read``); the dependency pins ``aiomqtt<3``, and where those names
@@ -71,6 +76,11 @@ class BatchedReader:
         self._buf = b""
         self._pos = 0
         self._dry = False
+        #: This pass read bytes; its last read was shorter than a chunk (so the socket is empty).
+        self._got = False
+        self._short = False
+        #: A short read says the socket is empty only on plain TCP: TLS returns a record at a time.
+        self._trust_short = not hasattr(self.sock, "pending")
         #: QoS 0 PUBLISH packets are parsed here (MQTT 3.1 and 3.1.1 only: 5 adds properties).
         self._fast = self.paho._protocol in (paho.MQTTv31, paho.MQTTv311)
         self._timer: asyncio.TimerHandle | None = None
@@ -93,6 +103,8 @@ class BatchedReader:
         self.reads += 1
         if data:
             self._buf, self._pos = data, 0
+            self._got = True
+            self._short = self._trust_short and len(data) < _CHUNK
             # paho's keepalive watches this; packets parsed here never pass its own reads.
             self.paho._last_bytes_received = time.monotonic()
         return data
@@ -153,8 +165,19 @@ class BatchedReader:
             self._broken(exc)
 
     def _on_readable(self) -> None:
-        self.wakeups += 1
         self.loop.remove_reader(self.fd)
+        self._pass()
+
+    def _poll(self) -> None:
+        self._timer = None
+        if self._connected():
+            self._pass()
+
+    def _pass(self) -> None:
+        """One wake-up: drain, then poll again in ``every_s`` if this pass found anything, or
+        listen for the socket if it found nothing (the traffic stopped)."""
+        self.wakeups += 1
+        self._got = False
         try:
             self.drain()
         except OSError as exc:  # the connection itself, not our reading of it
@@ -163,8 +186,12 @@ class BatchedReader:
         except Exception as exc:  # noqa: BLE001 - an internal we rely on failed: read as aiomqtt does
             self._fall_back(exc)
             return
-        if self._connected():
-            self._timer = self.loop.call_later(self.every_s, self._listen)
+        if not self._connected():
+            return
+        if self._got or self._pos < len(self._buf):  # (the rest of a pass cut at _MAX_PACKETS)
+            self._timer = self.loop.call_later(self.every_s, self._poll)
+        else:
+            self.loop.add_reader(self.fd, self._on_readable)
 
     def _fall_back(self, exc: BaseException) -> None:
         """Hand this connection back to aiomqtt's way of reading, after whatever is buffered."""
@@ -193,15 +220,11 @@ class BatchedReader:
         except Exception as exc:  # noqa: BLE001 - as aiomqtt's own reader: a broken connection
             self._broken(exc)
 
-    def _listen(self) -> None:
-        self._timer = None
-        if self._connected():
-            self.loop.add_reader(self.fd, self._on_readable)
-
     def drain(self) -> None:
         """Read every complete packet there is: until the buffer is empty and the socket dry."""
         client = self.paho
         loop_read = client.loop_read
+        self._short = False
         for _ in range(_MAX_PACKETS):
             self._dry = False
             if self._fast and client._in_packet["command"] == 0:  # at a packet boundary
@@ -216,11 +239,14 @@ class BatchedReader:
                 return
 
     def _take_publish(self) -> bool | None:
-        """Parse the QoS 0 PUBLISH at the head of the buffer and hand it over: True. False: the
-        head is anything else, or not all there (paho takes it). None: nothing to read."""
+        """Parse the QoS 0 PUBLISH packets at the head of the buffer, as many as are wholly there
+        in a row, and hand each over: True. False: the head is anything else, or not all there
+        (paho takes it). None: nothing to read."""
         buf, pos = self._buf, self._pos
         n = len(buf)
         if pos >= n:
+            if self._short:
+                return None  # the last read took all there was: the next pass reads the rest
             try:
                 if not self._refill():
                     return False  # closed: paho's read reports it
@@ -229,36 +255,42 @@ class BatchedReader:
             except OSError:
                 return False  # reset: paho's read meets it too, closes the socket and says so
             buf, pos, n = self._buf, 0, len(self._buf)
-        b0 = buf[pos]
-        if b0 & 0xFE != _PUBLISH_QOS0:  # PUBLISH, QoS 0, not dup (the retain bit may be set)
-            return False
-        i, length, mult = pos + 1, 0, 1
-        for _ in range(4):  # the remaining length: at most four bytes
-            if i >= n:
-                return False
-            byte = buf[i]
-            i += 1
-            length += (byte & 0x7F) * mult
-            mult *= 128
-            if not byte & 0x80:
+        handler = self.handler
+        first = pos
+        # One loop over the run of packets (not a call each): this is every heartbeat's path.
+        while pos < n:
+            b0 = buf[pos]
+            if b0 & 0xFE != _PUBLISH_QOS0:  # PUBLISH, QoS 0, not dup (the retain bit may be set)
                 break
-        else:
-            return False  # malformed: paho refuses it
-        end = i + length
-        if end > n or length < _TOPIC_LEN:
-            return False
-        tlen = buf[i] << 8 | buf[i + 1]
-        if _TOPIC_LEN + tlen > length:
-            return False
-        try:
-            topic = buf[i + 2 : i + 2 + tlen].decode()
-        except UnicodeDecodeError:
-            return False
-        self._pos = end
-        self.packets += 1
-        self.parsed += 1
-        self.handler(topic, buf[i + 2 + tlen : end], bool(b0 & 1))
-        return True
+            i, length, mult = pos + 1, 0, 1
+            for _ in range(4):  # the remaining length: at most four bytes
+                if i >= n:
+                    length = -1  # cut short by the buffer's end
+                    break
+                byte = buf[i]
+                i += 1
+                length += (byte & 0x7F) * mult
+                mult *= 128
+                if not byte & 0x80:
+                    break
+            else:
+                break  # malformed: paho refuses it
+            end = i + length
+            if length < _TOPIC_LEN or end > n:
+                break
+            tlen = buf[i] << 8 | buf[i + 1]
+            if _TOPIC_LEN + tlen > length:
+                break
+            try:
+                topic = buf[i + 2 : i + 2 + tlen].decode()
+            except UnicodeDecodeError:
+                break
+            # Taken before the handler runs: a handler that raises never sees its packet again.
+            self._pos = pos = end
+            self.packets += 1
+            self.parsed += 1
+            handler(topic, buf[i + 2 + tlen : end], bool(b0 & 1))
+        return pos > first
 
     def close(self) -> None:
         if self._timer is not None:

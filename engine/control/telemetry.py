@@ -14,8 +14,9 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.board_columns import CANCELLED, DONE, FAILED, STALLED, column_codes
 from warpdeck.engine.control.wire import Event, Telemetry
-from warpdeck.engine.lanes import BatchRecord
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskView
 from warpdeck.engine.tasks import Phase, StallReason, State
 
@@ -36,21 +37,20 @@ _FAILURES_SAMPLE = 200
 _FAILED_MEMORY = 100_000
 
 
+#: Telemetry's column names, each with the board's column codes it samples (engine/board_columns.py).
+_SAMPLED = {"queued": (0,), "fill": (1,), "h2d": (2,), "compute": (3,), "d2h": (4,), "sink": (5,),
+            "stalled": (STALLED,), "done": (DONE,), "failed": (FAILED, CANCELLED)}
+
+
 def _columns(snap: EngineSnapshot) -> dict[str, tuple[str, ...]]:
     tv = snap.tasks
     n = len(tv)
     if n == 0:
         return {}
-    state, phase, stall = tv.state[:n], tv.phase[:n], tv.stall[:n]
-    masks = {"queued": (state == State.QUEUED) & (stall == 0)}
-    for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK):
-        masks[p.name.lower()] = (state == State.RUNNING) & (phase == p) & (stall == 0)
-    masks["stalled"] = (stall != 0) & (state <= State.RUNNING)
-    masks["done"] = state == State.DONE
-    masks["failed"] = state >= State.FAILED
+    codes = column_codes(tv.state[:n], tv.phase[:n], tv.stall[:n])
     out: dict[str, tuple[str, ...]] = {}
-    for name, mask in masks.items():
-        rows = np.flatnonzero(mask)
+    for name, wanted in _SAMPLED.items():
+        rows = np.flatnonzero(np.isin(codes, wanted))
         # Finished columns show the newest; live ones the oldest (the head of the queue).
         pick = rows[-COLUMN_SAMPLE:] if name in ("done", "failed") else rows[:COLUMN_SAMPLE]
         out[name] = tuple(tv.keys[r] for r in pick.tolist())
@@ -79,6 +79,7 @@ def summarize(snap: EngineSnapshot, since: float, control: ControlView | None = 
         timeline=records,
         columns=_columns(snap),
         control=control if control is not None else snap.control,
+        outage=snap.outage,
     )
 
 
@@ -153,7 +154,7 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> Eng
         seq=tel.seq, t=tel.t, t0=0.0, pipeline=tel.pipeline, status=tel.status, backend=tel.backend,
         backend_reason=tel.backend_reason, device=tel.device, counts=tel.counts, tasks=view, stalled=tel.stalled,
         lanes=tel.lanes, feeder=tel.feeder, timeline=timeline or tel.timeline, figures=tel.figures,
-        failures=tel.failures, workers=tel.workers, control=tel.control)
+        failures=tel.failures, workers=tel.workers, control=tel.control, outage=tel.outage)
 
 
 #: What an attached detail says of where it comes from.

@@ -7,19 +7,35 @@ unvalidated. ``decode`` turns bytes into a model or raises ``WireError`` with a 
 ``DropCounter`` counts them per reason so that the snapshot shows them and nothing raises into the
 engine. Timestamps on the wire are Unix seconds (``time.time()``); nothing compares them across
 machines except the command signature's expiry, which allows for clock skew.
+
+Every number on the wire is finite: the models refuse NaN and infinities (``invalid``), in their own
+fields and in every dataclass they carry, so no comparison downstream meets a NaN (``NaN > 30`` is
+false: a NaN timestamp or interval would pass every check written as "refuse if too large"). The one
+exception is the Amdahl ceiling in telemetry's figures, which is +inf until a serial part is measured.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections import Counter
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
 
-from warpdeck.engine.lanes import BatchRecord
 from warpdeck.engine.metrics import Figures
+from warpdeck.engine.outage import OutageView
+from warpdeck.engine.records import BatchRecord
 from warpdeck.engine.snapshot import ControlView, Counts, FeederView, LaneView, StalledTask, TaskFailure, WorkerView
 
 __all__ = [
@@ -55,11 +71,18 @@ MAX_BYTES: Final[dict[str, int]] = {
 _LARGEST = max(MAX_BYTES.values())
 _Id = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 _Text = Annotated[str, Field(max_length=4096)]
+_Sig = Annotated[str, Field(max_length=64, pattern=r"^([0-9a-f]{64})?$")]
+
+
+#: Model settings of every payload. ``allow_inf_nan=False`` reaches every float field, including those of
+#: the dataclasses a model carries (figures, lanes, workers): a field added later is covered too.
+_WIRE_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                          # The Amdahl ceiling (_Figures) may be +inf: JSON's Infinity, as Python writes it.
+                          ser_json_inf_nan="constants")
 
 
 class _Wire(BaseModel):
-    # Figures may be infinite (an Amdahl ceiling with no serial part): JSON's Infinity, as Python writes it.
-    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+    model_config = _WIRE_CONFIG
 
     v: Literal[1] = SCHEMA_VERSION
 
@@ -67,7 +90,7 @@ class _Wire(BaseModel):
 class DeviceStats(BaseModel):
     """One device's load, sampled by the worker (NVML) at most twice a second."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _WIRE_CONFIG
 
     util_pct: float = Field(ge=0, le=100)
     mem_used_mb: float = Field(ge=0)
@@ -89,6 +112,8 @@ class Birth(_Wire):
     version: _Text = ""
     interval_s: float = Field(gt=0, le=60, default=0.5)
     """The heartbeat interval the worker promises."""
+    sig: _Sig = ""
+    """HMAC-SHA256 of the rest, when the worker has a secret (engine/control/worker_auth.py)."""
 
 
 class Heartbeat(_Wire):
@@ -105,6 +130,9 @@ class Heartbeat(_Wire):
     leased: tuple[int, ...] = Field(default=(), max_length=4096)
     """Ids of the batches the worker holds."""
     device: DeviceStats | None = None
+    t: float = 0.0
+    """The sender's clock (Unix seconds): a signed heartbeat older than the last one is a replay."""
+    sig: _Sig = ""
 
 
 class Death(_Wire):
@@ -115,6 +143,7 @@ class Death(_Wire):
     epoch: int = Field(ge=0)
     graceful: bool = False
     reason: _Text = ""
+    sig: _Sig = ""
 
 
 class EngineState(_Wire):
@@ -141,6 +170,7 @@ class Event(_Wire):
         "stall_ended",
         "command_applied",
         "command_refused",
+        "message_dropped",
     ]
     subject: _Text = ""
     reason: _Text = ""
@@ -149,6 +179,29 @@ class Event(_Wire):
     """For command outcomes: the command's nonce, so its sender can match the answer."""
     affected: int = 0
     """For command outcomes: how many tasks the command touched."""
+    count: int = Field(ge=0, default=0)
+    """For refusals and drops (told per reason, at most once a second): how many since the last; 0 otherwise."""
+
+
+_CEILINGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, Annotated[float, Field(ge=0, allow_inf_nan=True)]])
+
+
+def _open_ceiling(value: Any, handler: ValidatorFunctionWrapHandler) -> Figures:
+    """Figures from the wire: every number finite, except the Amdahl ceilings, which may be +inf (no
+    serial part measured yet: ``metrics.amdahl_speedup``) and are never NaN or negative."""
+    if not (isinstance(value, dict) and isinstance(value.get("amdahl"), dict)):
+        return handler(value)  # type: ignore[no-any-return]  # pydantic's handler is untyped
+    try:
+        ceilings = _CEILINGS.validate_python(value["amdahl"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PydanticCustomError("amdahl", "amdahl.{where}: {msg}", {"where": where, "msg": first["msg"]}) from None
+    figures: Figures = handler({**value, "amdahl": {}})
+    return dataclasses.replace(figures, amdahl=ceilings)
+
+
+_Figures = Annotated[Figures, WrapValidator(_open_ceiling)]
 
 
 class Telemetry(_Wire):
@@ -164,7 +217,7 @@ class Telemetry(_Wire):
     backend_reason: _Text = ""
     device: _Text = ""
     counts: Counts
-    figures: Figures
+    figures: _Figures
     lanes: tuple[LaneView, ...] = ()
     feeder: FeederView
     workers: tuple[WorkerView, ...] = ()
@@ -174,6 +227,8 @@ class Telemetry(_Wire):
     """Batch records finished since the previous telemetry message."""
     columns: dict[str, tuple[str, ...]] = {}
     control: ControlView | None = None
+    outage: OutageView | None = None
+    """Set while an outage holds the run (engine/outage.py)."""
 
 
 class SignedCommand(_Wire):
