@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from warpdeck.engine.api import (
     Cancel,
@@ -46,7 +46,6 @@ __all__ = ["MAX_DEPTH", "MIN_DEPTH", "PipelineActions", "describe_task"]
 MIN_DEPTH, MAX_DEPTH = 2, 64
 _TOLD_S = 1.0
 """How long what the engine was told outranks the snapshots (they come at 10 Hz)."""
-_T = TypeVar("_T")
 
 
 def describe_task(key: str, detail: TaskDetail | None) -> str:
@@ -67,7 +66,7 @@ class PipelineActions(_Base):
     link: Link
     snapshot: EngineSnapshot | None
     undo_stack: UndoStack
-    _asked: dict[str, tuple[int | bool, float]]
+    _asked: dict[str, tuple[int, float]]
     """What the engine was last told, and when (``_as_told``)."""
     report_error: Callable[[str, BaseException], None]
 
@@ -109,16 +108,17 @@ class PipelineActions(_Base):
         return {key: await self.link.detail(key) for key in keys}
 
     # -- what the engine was last told --------------------------------------------------------------
-    def _told(self, what: str, value: int | bool) -> None:
+    def _told(self, what: str, value: int) -> None:
         self._asked[what] = (value, time.monotonic())
         if what == "paused":
             self.refresh_bindings()  # the footer offers p resume while paused
 
-    def _as_told(self, what: str, shown: _T) -> _T:
+    def _as_told(self, what: str, shown: int) -> int:
         """``shown`` (the snapshot's), unless the engine was told otherwise since that snapshot may
-        have been taken: keys in a burst (``++``, ``pp``) build on each other, not on a stale view."""
-        value, at = self._asked.get(what, (None, 0.0))
-        return value if value is not None and time.monotonic() - at < _TOLD_S else shown  # type: ignore[return-value]
+        have been taken: keys in a burst (``++``, ``pp``) build on each other, not on a stale view.
+        (A bool is an int: ``paused`` is told and read as one.)"""
+        told = self._asked.get(what)
+        return told[0] if told is not None and time.monotonic() - told[1] < _TOLD_S else shown
 
     # -- pause and resume --------------------------------------------------------------------------
     @property

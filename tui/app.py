@@ -12,13 +12,14 @@ import os
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
 from textual import events
 from textual.actions import ActionParseResult
 from textual.app import App, SystemCommand
+from textual.binding import BindingType
 from textual.dom import DOMNode
 from textual.reactive import var
 from textual.screen import ModalScreen, Screen
@@ -57,7 +58,7 @@ class WarpdeckApp(CommandMode, App[int]):
     """The warpdeck control room over one link (an engine in process, a recording, a remote one)."""
 
     TITLE = "warpdeck"
-    BINDINGS: ClassVar = bindings("app")
+    BINDINGS: ClassVar[list[BindingType]] = bindings("app")
     COMMANDS: ClassVar = App.COMMANDS | {KeyCommands}
     MODES: ClassVar = {"board": BoardScreen, "workers": WorkersScreen, "timeline": TimelineScreen}
     DEFAULT_MODE = "board"
@@ -117,10 +118,11 @@ class WarpdeckApp(CommandMode, App[int]):
         bar = self._prompt_bar()
         return isinstance(self.screen, PromptScreen) or (bar is not None and bar.is_open)
 
-    async def run_action(self, action: str | ActionParseResult, default_namespace: DOMNode | None = None) -> bool:
+    async def run_action(self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
+                         namespaces: Mapping[str, DOMNode] | None = None) -> bool:
         """Textual's, except that an action that fails is shown and logged, and the app goes on."""
         try:
-            return await super().run_action(action, default_namespace)
+            return await super().run_action(action, default_namespace, namespaces)
         except Exception as exc:  # noqa: BLE001 - the control room (and the run) must outlive any one key
             self.report_error(str(action), exc)
             return True
@@ -134,16 +136,16 @@ class WarpdeckApp(CommandMode, App[int]):
     def report_error(self, what: str, error: BaseException) -> None:
         """Show that ``what`` failed, and write its traceback to ``log_path``."""
         self.errors += 1
-        where = self._log(what, error)
+        where = self._write_traceback(what, error)
         self.notify(f"{what}: {type(error).__name__}: {error}. The control room goes on; traceback in {where}",
                     title="something went wrong", severity="error", timeout=15)
 
     def log_crash(self) -> None:
         """Write what stopped the app (``crash``) to ``log_path``."""
         if self.crash is not None:
-            self._log("the control room stopped", self.crash)
+            self._write_traceback("the control room stopped", self.crash)
 
-    def _log(self, what: str, error: BaseException) -> str:
+    def _write_traceback(self, what: str, error: BaseException) -> str:
         """Append ``error``'s traceback to the log; returns where it went, in words."""
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,7 +305,7 @@ class WarpdeckApp(CommandMode, App[int]):
         bars = self.screen.query_children(PromptBar)
         return bars.first() if bars and not isinstance(self.screen, PromptScreen) else None
 
-    def ask(self, prompt: str, then: Callable[[str | None], object], *, value: str = "", hint: str = "",
+    def ask(self, prompt: str, then: Callable[[str | None], None], *, value: str = "", hint: str = "",
             suggester: Suggester | None = None, check: Check | None = None) -> None:
         """Open a one-line prompt: the screen's own bar, or a prompt screen over screens without one."""
         bar = self._prompt_bar()
@@ -348,9 +350,10 @@ class WarpdeckApp(CommandMode, App[int]):
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.notify(f"theme {self.theme}", timeout=2)
 
-    def action_screenshot(self) -> None:
-        path = self.save_screenshot(path=str(self._screenshot_dir))
-        self.notify(f"saved {path}", title="screenshot", timeout=5)
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Textual's, saved in ``screenshot_dir`` unless ``path`` says where, and said where it went."""
+        saved = self.save_screenshot(filename, path=path or str(self._screenshot_dir))
+        self.notify(f"saved {saved}", title="screenshot", timeout=5)
 
     def action_quit_app(self) -> None:
         snap = self.snapshot

@@ -17,6 +17,7 @@ from warpdeck.engine.api import (
     BrokerAddress,
     Command,
     CommandResult,
+    EngineSnapshot,
     RemoteEngine,
     TaskDetail,
     read_recording,
@@ -42,7 +43,10 @@ class AttachLink(_Refusals):
         return self.remote.address.url
 
     def start(self, post: Post) -> None:
-        self.remote.on_snapshot = lambda snap: post(SnapshotArrived(snap))
+        def deliver(snap: EngineSnapshot) -> None:
+            post(SnapshotArrived(snap))
+
+        self.remote.on_snapshot = deliver
         self.remote.start()
 
     async def send(self, cmd: Command) -> CommandResult:

@@ -1,8 +1,9 @@
 """Which task rows stand in which board column, derived from one snapshot.
 
-The decision this module protects: each task stands in exactly one column (a stalled task in
-*stalled*, whatever its state), so the column counts add up to the tasks known, and the lists are
-index arrays into the snapshot's columns, never Python objects per task.
+The decision this module protects: each task stands in exactly one column (the engine's rule,
+``engine/board_columns.py``, which telemetry's column samples follow too), so the column counts
+add up to the tasks known, and the lists are index arrays into the snapshot's columns, never
+Python objects per task.
 
 The compact layout (``COMPACT_COLUMNS``, for terminals too narrow for eight readable columns)
 keeps that rule: its *running* column is the five phase columns joined, in board order, so a
@@ -17,7 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.api import EngineSnapshot, Phase, State
+from warpdeck.engine.api import (
+    CANCELLED,
+    COLUMN_CODES,
+    DONE,
+    FAILED,
+    NOWHERE,
+    STALLED,
+    EngineSnapshot,
+    State,
+)
 
 __all__ = ["COLUMNS", "COMPACT_COLUMNS", "PHASE_COLUMNS", "BoardRows", "board_rows"]
 
@@ -32,35 +42,6 @@ PHASE_COLUMNS: tuple[str, ...] = ("fill", "h2d", "compute", "d2h", "sink")
 COMPACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("queued", "queued"), ("running", "running"), ("stalled", "stalled"), ("finished", "done"),
 )
-_STALLED = 6
-#: Finished tasks by rank: failed first (they want attention), then cancelled, then done.
-_FAILED, _CANCELLED, _DONE = 7, 8, 9
-_NOWHERE = 255
-
-
-def _code_table() -> npt.NDArray[np.uint8]:
-    """Column code by ``stalled << 6 | state << 3 | phase``: 0 queued, 1..5 the running phase,
-    6 stalled, 7 failed, 8 cancelled, 9 done (and any other state), 255 in no column."""
-    table = np.full(128, _NOWHERE, np.uint8)
-    for stalled in (0, 1):
-        for state in range(8):
-            for phase in range(8):
-                if stalled and state in (State.QUEUED, State.RUNNING):
-                    code = _STALLED
-                elif state == State.QUEUED or (state == State.RUNNING and phase == Phase.NONE):
-                    code = 0
-                elif state == State.RUNNING:
-                    code = phase if phase <= Phase.SINK else _NOWHERE
-                else:
-                    code = {State.FAILED: _FAILED, State.CANCELLED: _CANCELLED}.get(state, _DONE)  # type: ignore[call-overload]
-                table[stalled << 6 | state << 3 | phase] = code
-    return table
-
-
-_CODES = _code_table()
-assert int(Phase.SINK) == 5 and max(State) < 8 and max(Phase) < 8  # the table's layout relies on these
-
-
 class _Scratch(threading.local):
     """Work arrays for one table length, reused across snapshots: a fresh megabyte array per step
     costs more in page faults than the step itself."""
@@ -116,26 +97,26 @@ def board_rows(snap: EngineSnapshot, mask: npt.NDArray[np.bool_] | None = None) 
     np.not_equal(view.stall, 0, out=hit)
     np.left_shift(hit.view(np.uint8), 6, out=spare)
     np.bitwise_or(code, spare, out=code)
-    np.take(_CODES, code, out=code)
+    np.take(COLUMN_CODES, code, out=code)
 
     def rows_of(c: int) -> npt.NDArray[np.int64]:
         return np.flatnonzero(np.equal(code, c, out=hit))
 
     totals: dict[str, int] = {}
     if mask is not None:  # the titles count the unfiltered column, so count before hiding rows
-        for c, (cid, _) in enumerate(COLUMNS[:_STALLED + 1]):
+        for c, (cid, _) in enumerate(COLUMNS[:STALLED + 1]):
             totals[cid] = int(np.count_nonzero(np.equal(code, c, out=hit)))
-        np.subtract(code, _FAILED, out=spare)  # 7, 8, 9 -> 0, 1, 2; below 7 wraps past 2
-        totals["finished"] = int(np.count_nonzero(np.less_equal(spare, _DONE - _FAILED, out=hit)))
-        np.copyto(code, _NOWHERE, where=~mask)
+        np.subtract(code, FAILED, out=spare)  # 7, 8, 9 -> 0, 1, 2; below 7 wraps past 2
+        totals["finished"] = int(np.count_nonzero(np.less_equal(spare, DONE - FAILED, out=hit)))
+        np.copyto(code, NOWHERE, where=~mask)
     rows: dict[str, npt.NDArray[np.int64]] = {"queued": rows_of(0)}
     # Running and stalled tasks are a few lanes' batches: find them in one scan, then split them.
     np.subtract(code, 1, out=spare)  # 0 (queued) wraps to 255
-    few = np.flatnonzero(np.less_equal(spare, _STALLED - 1, out=hit))
+    few = np.flatnonzero(np.less_equal(spare, STALLED - 1, out=hit))
     few_code = code[few]
-    for c, (cid, _) in enumerate(COLUMNS[1:_STALLED + 1], start=1):
+    for c, (cid, _) in enumerate(COLUMNS[1:STALLED + 1], start=1):
         rows[cid] = few[few_code == c]
-    ranked = [rows_of(c) for c in (_FAILED, _CANCELLED, _DONE)]
+    ranked = [rows_of(c) for c in (FAILED, CANCELLED, DONE)]
     rows["finished"] = np.concatenate([r[::-1] for r in ranked])  # newest first in each rank
     if mask is None:
         totals = {cid: len(rows[cid]) for cid, _ in COLUMNS}

@@ -9,16 +9,13 @@ or why not (``no task 'X'``, ``no worker 'X'``, a number out of range).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from warpdeck.engine.api import RetryFailed
 from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.command_line import SCREENS, VERBS, Parsed
 from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.screens.detail import DetailScreen
-
-if TYPE_CHECKING:
-    from warpdeck.tui.screens.workers import WorkersScreen
+from warpdeck.tui.screens.workers import WorkersScreen
 
 __all__ = ["CommandMode"]
 
@@ -27,9 +24,13 @@ class CommandMode(PipelineActions):
     """Mixed into the app: ``run_command`` carries out one parsed command line."""
 
     # The app's:
-    theme_names: list[str]
     set_filter: Callable[[str | None], None]
     action_screen: Callable[[str], None]
+
+    @property
+    def theme_names(self) -> list[str]:
+        """The themes ``:theme`` may name (the app's)."""
+        raise NotImplementedError
 
     async def run_command(self, cmd: Parsed) -> None:
         """Carry out one parsed command-mode line."""
@@ -97,5 +98,8 @@ class CommandMode(PipelineActions):
                         severity="warning")
             return
         self.action_screen("workers")
-        screen: WorkersScreen = self.screen  # type: ignore[assignment]
-        screen.highlight(worker)
+        screen = self.screen
+        if isinstance(screen, WorkersScreen):
+            screen.highlight(worker)
+        else:  # a dialog (a task's detail) is open over the workers screen
+            self.notify(f"worker {worker}: close the dialog over the workers screen first", severity="warning")

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from textual import events
 from textual.message import Message
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["KeyGate", "KeyRouted"]
 
 Held = events.Key | events.Paste
+_R = TypeVar("_R")
 
 
 class KeyRouted(Message):
@@ -45,8 +46,9 @@ class KeyRouted(Message):
         self.seq = seq
 
 
-class KeyGate:
-    """Queues keys and pastes; hands them to ``route`` one at a time (see the module docstring)."""
+class KeyGate(Generic[_R]):
+    """Queues keys and pastes; hands them to ``route`` one at a time (see the module docstring).
+    Generic in what the app returns (as Textual's ``Pilot`` is), which the gate never looks at."""
 
     STUCK_S = 0.5
     """How long a routed key may hold the gate before the next one goes anyway."""
@@ -54,7 +56,7 @@ class KeyGate:
     RETRY_S = 0.002
     """How often a held key looks again for a top screen that is still being mounted."""
 
-    def __init__(self, app: App[object], route: Callable[[Held], Awaitable[None]]) -> None:
+    def __init__(self, app: App[_R], route: Callable[[Held], Awaitable[None]]) -> None:
         self._app = app
         self._route = route
         self._held: deque[Held] = deque()

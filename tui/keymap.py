@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 __all__ = ["KEYS", "SCOPES", "Key", "bindings", "keys_in"]
 
@@ -100,7 +100,7 @@ def keys_in(scope: str) -> tuple[Key, ...]:
     return tuple(k for k in KEYS if k.scope == scope)
 
 
-def bindings(scope: str) -> list[Binding]:
+def bindings(scope: str) -> list[BindingType]:
     """Textual bindings for one scope. App keys are not priority bindings (tab aside), so a
     focused input gets its letters first."""
     return [Binding(k.keys, k.action, k.short or k.description, show=k.footer, key_display=k.display,

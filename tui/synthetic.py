@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -60,7 +61,10 @@ _TRACEBACK = ('  File "stages/decode.py", line 41, in stage\n    out[...] = xp.a
               "ValueError: could not broadcast input array from shape (224,224,4) into shape (224,224,3)\n")
 
 
-def _frozen(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+
+def _frozen(a: npt.NDArray[_Scalar]) -> npt.NDArray[_Scalar]:
     a.setflags(write=False)
     return a
 
@@ -102,9 +106,13 @@ class SyntheticRun:
 
     def _reached(self, rows: npt.NDArray[np.int64], stage: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """When each row reached ``stage`` (seconds since start)."""
-        return np.maximum(0, rows // self.block - 5 + stage) * self.period
+        # (numpy's stubs make this product Any: the annotation says what it is)
+        reached: npt.NDArray[np.float64] = np.maximum(0, rows // self.block - 5 + stage) * self.period
+        return reached
 
-    def _columns(self, t: float) -> tuple[npt.NDArray[np.int8], ...]:
+    def _columns(self, t: float) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int8], npt.NDArray[np.int8],
+                                          npt.NDArray[np.int16]]:
+        """The task table's state, phase, stall and attempt columns as of ``t``."""
         n, d = self.n, self._done_end(t)
         state = np.full(n, State.QUEUED, np.int8)
         phase = np.zeros(n, np.int8)
@@ -167,7 +175,8 @@ class SyntheticRun:
                         stalled={r.name.lower(): int(stalled_n[r]) for r in StallReason if r},
                         total=self.n, expected=self.n)
         since = self._reached(rows, _STALL_AT[reason] + 1)
-        stall_s = np.bincount(reason, weights=t - since, minlength=6)
+        # Weighted, the counts are float64 (numpy's stubs type every bincount as intp).
+        stall_s = np.asarray(np.bincount(reason, weights=t - since, minlength=6), np.float64)
         stalled = tuple(StalledTask(self.keys[r], StallReason(s).name.lower(), t - float(w),
                                     State(int(state[r])).name.lower(), Phase(int(phase[r])).name.lower(), _NOTES[s])
                         for r, s, w in zip(rows[:500].tolist(), reason[:500].tolist(), since[:500].tolist(),

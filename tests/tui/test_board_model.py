@@ -88,3 +88,21 @@ def test_the_compact_layout_puts_each_task_in_one_column_too(snap: EngineSnapsho
     assert running.tolist() == [r for p in PHASE_COLUMNS for r in board.rows[p].tolist()]
     assert total == sum(board.totals[p] for p in PHASE_COLUMNS)
     assert sum(board.column(cid)[1] for cid, _ in COMPACT_COLUMNS) == sum(board.totals.values())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_telemetry_samples_each_column_by_the_same_rule_as_the_board(seed: int) -> None:
+    # An attached control room draws its board from telemetry's column samples: they must hold the
+    # tasks the board would put there (the first 200 of live columns, the last 200 of finished ones).
+    from warpdeck.engine.control.telemetry import COLUMN_SAMPLE, summarize
+
+    snap = _random_snapshot(seed)
+    tel = summarize(snap, 0.0)
+    rows, _ = _expected(snap, None)
+    keys = snap.tasks.keys
+    for cid in ("queued", *PHASE_COLUMNS, "stalled"):
+        assert list(tel.columns[cid]) == [keys[r] for r in sorted(rows[cid])[:COLUMN_SAMPLE]], cid
+    view = snap.tasks
+    for cid, states in (("done", (State.DONE,)), ("failed", (State.FAILED, State.CANCELLED))):
+        finished = [r for r in sorted(rows["finished"]) if int(view.state[r]) in states]
+        assert list(tel.columns[cid]) == [keys[r] for r in finished[-COLUMN_SAMPLE:]], cid

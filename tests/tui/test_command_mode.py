@@ -108,7 +108,7 @@ def test_a_control_room_that_fails_leaves_the_run_going_headless(tmp_path: Path,
     err = capfd.readouterr().err
     assert "the run goes on headless" in err
     assert "warpdeck attach mqtt://127.0.0.1:" in err and "--pipeline survivor" in err
-    assert "the app broke" in (tmp_path / "run" / "control-room.log").read_text()
+    assert "the app broke" in (tmp_path / "run" / "warpdeck.log").read_text()
 
 
 async def test_undo_is_a_stack_worded_as_what_it_restored(tmp_path: Path) -> None:

@@ -28,11 +28,13 @@ from typing import ClassVar
 
 from textual import events, work
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.reactive import Reactive
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.board_model import COLUMNS, COMPACT_COLUMNS, PHASE_COLUMNS, BoardRows, board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.keymap import bindings
@@ -41,6 +43,7 @@ from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
+from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.task_list import TaskList
@@ -52,7 +55,7 @@ class BoardScreen(MainScreen):
     """Columns queued · fill · h2d · compute · d2h · sink · stalled · done/failed (on a narrow
     terminal: queued · running · stalled · done/failed)."""
 
-    BINDINGS: ClassVar = bindings("board")
+    BINDINGS: ClassVar[list[BindingType]] = bindings("board")
 
     DEFAULT_CSS = """
     BoardScreen #columns { height: 1fr; }
@@ -88,6 +91,7 @@ class BoardScreen(MainScreen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar("board")
+        yield OutageBanner()
         with Horizontal(id="columns"):
             # Board order in both layouts: the running column stands where the phases do.
             for cid, title in (COLUMNS[0], COMPACT_COLUMNS[1], *COLUMNS[1:]):
@@ -102,22 +106,23 @@ class BoardScreen(MainScreen):
         self._status, self._figures = self.query_one(StatusBar), self.query_one(FiguresStrip)
         self._status.paced = self._figures.paced = True
         self._lay_out(self.app.size.width)
-        self.watch(self.app, "snapshot", self._changed)
-        self.watch(self.app, "task_filter", self._new_filter, init=True)
+        app = warpdeck_app(self)
+        self.watch(app, "snapshot", self._changed)
+        self.watch(app, "task_filter", self._new_filter, init=True)
         self.query_one("#list-queued", TaskList).focus()
 
     def on_screen_resume(self) -> None:
         self._lay_out(self.app.size.width)  # the terminal may have been resized while away
-        self._changed(getattr(self.app, "snapshot", None))
+        self._changed(warpdeck_app(self).snapshot)
 
     def on_resize(self, event: events.Resize) -> None:
         if self._lay_out(event.size.width):
-            self._changed(getattr(self.app, "snapshot", None))
+            self._changed(warpdeck_app(self).snapshot)
 
     def _new_filter(self, task_filter: TaskFilter) -> None:
         self._filter = task_filter
         self._seen = (-1, "")
-        self._changed(getattr(self.app, "snapshot", None))
+        self._changed(warpdeck_app(self).snapshot)
 
     def _changed(self, snap: EngineSnapshot | None) -> None:
         if snap is None or not self.is_current:
@@ -163,7 +168,7 @@ class BoardScreen(MainScreen):
                 await self.wait_for_refresh()
 
     def _keys_seen(self) -> int:
-        return int(getattr(self.app, "keys_seen", 0))
+        return warpdeck_app(self).keys_seen
 
     def _show_some(self, whole: bool = False) -> None:
         """Show the newest board in the parts still to do, until this frame's lines are spent."""

@@ -11,10 +11,13 @@ from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
+
+from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 
 __all__ = ["ConfirmScreen"]
 
@@ -22,7 +25,8 @@ __all__ = ["ConfirmScreen"]
 class ConfirmScreen(ModalScreen[bool]):
     """Asks ``question``; with ``type_to_confirm``, Yes only works once that text is typed."""
 
-    BINDINGS: ClassVar = [Binding("escape,n", "answer(False)", "No"), Binding("y", "answer(True)", "Yes")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,n", "answer(False)", "No"),
+                                             Binding("y", "answer(True)", "Yes")]
 
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
@@ -54,11 +58,14 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         if self._describe is not None:
-            self.watch(self.app, "snapshot", lambda _: self._ask_again())
+            self.watch(warpdeck_app(self), "snapshot", self._snapshot_changed)
         if self.type_to_confirm is not None:
             self.query_one(Input).focus()
         else:
             self.query_one("#no", Button).focus()
+
+    def _snapshot_changed(self, _snap: EngineSnapshot | None) -> None:
+        self._ask_again()
 
     @work(group="confirm-question", exclusive=True)
     async def _ask_again(self) -> None:

@@ -9,12 +9,13 @@ from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from warpdeck.engine.api import TaskDetail
+from warpdeck.engine.api import EngineSnapshot, TaskDetail
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.glyphs import STALL_BADGES, STATE_GLYPHS
 
 __all__ = ["DetailScreen", "render_detail"]
@@ -56,10 +57,12 @@ def render_detail(d: TaskDetail) -> Group:
 class DetailScreen(ModalScreen[None]):
     """One task in full; refreshed with each snapshot while open."""
 
-    BINDINGS: ClassVar = [Binding("escape,q", "dismiss", "Close"),
-                          # The command line and the filter work from here too (a prompt screen opens over it).
-                          Binding("colon", "app.command_mode", "Command", show=False),
-                          Binding("slash", "app.filter", "Filter", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "dismiss", "Close"),
+        # The command line and the filter work from here too (a prompt screen opens over it).
+        Binding("colon", "app.command_mode", "Command", show=False),
+        Binding("slash", "app.filter", "Filter", show=False),
+    ]
 
     DEFAULT_CSS = """
     DetailScreen { align: center middle; }
@@ -76,12 +79,15 @@ class DetailScreen(ModalScreen[None]):
             yield Static(f"loading {self.key}…", id="detail-body")
 
     def on_mount(self) -> None:
-        self.watch(self.app, "snapshot", lambda _: self.reload(), init=True)
+        self.watch(warpdeck_app(self), "snapshot", self._snapshot_changed, init=True)
+
+    def _snapshot_changed(self, _snap: EngineSnapshot | None) -> None:
+        self.reload()
 
     @work(group="detail", exclusive=True)
     async def reload(self) -> None:
         """Ask the link for the task's detail and show it."""
-        detail = await self.app.link.detail(self.key)  # type: ignore[attr-defined]
+        detail = await warpdeck_app(self).link.detail(self.key)
         bodies = self.query("#detail-body")  # none once the screen was closed during the wait (the key fuzz)
         if bodies:
             bodies.first(Static).update(render_detail(detail) if detail is not None else f"no task {self.key!r}")

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from rich.table import Table
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -96,10 +96,12 @@ def _keys(key: Key) -> str:
 class HelpScreen(ModalScreen[None]):
     """Every key the control room knows."""
 
-    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close"),
-                          # The command line and the filter work from here too (a prompt screen opens over it).
-                          Binding("colon", "app.command_mode", "Command", show=False),
-                          Binding("slash", "app.filter", "Filter", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "dismiss", "Close"),
+        # The command line and the filter work from here too (a prompt screen opens over it).
+        Binding("colon", "app.command_mode", "Command", show=False),
+        Binding("slash", "app.filter", "Filter", show=False),
+    ]
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

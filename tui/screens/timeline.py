@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import BindingType
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.lane_timeline import LaneTimeline
+from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 
@@ -21,24 +24,26 @@ __all__ = ["TimelineScreen"]
 class TimelineScreen(MainScreen):
     """Lanes over time; zoom with [ and ], freeze and follow with f."""
 
-    BINDINGS: ClassVar = bindings("timeline")
+    BINDINGS: ClassVar[list[BindingType]] = bindings("timeline")
 
     def __init__(self) -> None:
         super().__init__(name="timeline")
 
     def compose(self) -> ComposeResult:
         yield StatusBar("timeline")
+        yield OutageBanner()
         yield LaneTimeline()
         yield FiguresStrip()
         yield KeyFooter()
         yield PromptBar()
 
     def on_mount(self) -> None:
-        self.watch(self.app, "snapshot", self._changed, init=True)
-        self.watch(self.app, "follow", self._follow, init=True)
+        app = warpdeck_app(self)
+        self.watch(app, "snapshot", self._changed, init=True)
+        self.watch(app, "follow", self._follow, init=True)
 
     def on_screen_resume(self) -> None:
-        self._changed(getattr(self.app, "snapshot", None))
+        self._changed(warpdeck_app(self).snapshot)
 
     def _follow(self, follow: bool) -> None:
         self.query_one(LaneTimeline).follow = follow

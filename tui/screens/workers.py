@@ -7,14 +7,17 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.widgets import Static
 from textual.widgets.data_table import RowDoesNotExist
 
 from warpdeck.engine.api import ControlView, EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
+from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
@@ -36,6 +39,8 @@ def control_summary(view: ControlView | None) -> str:
     parts.append(f"dropped {dropped:,}" + (f" ({reasons})" if dropped else ""))
     refused = sum(view.commands_refused.values())
     parts.append(f"commands {view.commands_applied:,} applied, {refused:,} refused")
+    if not view.workers_signed:
+        parts.append("worker messages unsigned (no secret): anyone on the broker can forge them")
     # Below 0.1 s the monitor is on time; the line changes only when that changes (a repaint each).
     lag = "monitor on time" if view.input_lag_s < 0.1 else f"monitor hears {view.input_lag_s:.1f} s behind"
     holds = view.lag_holds
@@ -48,7 +53,7 @@ def control_summary(view: ControlView | None) -> str:
 class WorkersScreen(MainScreen):
     """One row per worker, updated in place."""
 
-    BINDINGS: ClassVar = bindings("workers")
+    BINDINGS: ClassVar[list[BindingType]] = bindings("workers")
 
     DEFAULT_CSS = """
     WorkersScreen WorkerTable { height: 1fr; }
@@ -63,6 +68,7 @@ class WorkersScreen(MainScreen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar("workers")
+        yield OutageBanner()
         yield Static("", classes="summary", id="workers-summary")
         yield Static("", classes="summary", id="control-summary")
         yield WorkerTable()
@@ -71,11 +77,11 @@ class WorkersScreen(MainScreen):
         yield PromptBar()
 
     def on_mount(self) -> None:
-        self.watch(self.app, "snapshot", self._changed, init=True)
+        self.watch(warpdeck_app(self), "snapshot", self._changed, init=True)
         self.query_one(WorkerTable).focus()
 
     def on_screen_resume(self) -> None:
-        self._changed(getattr(self.app, "snapshot", None))
+        self._changed(warpdeck_app(self).snapshot)
 
     def _changed(self, snap: EngineSnapshot | None) -> None:
         if snap is None or not self.is_current:
@@ -99,12 +105,13 @@ class WorkersScreen(MainScreen):
         """Quarantine the highlighted worker, or release it if it is quarantined."""
         table = self.query_one(WorkerTable)
         wid = table.current_id
-        snap = getattr(self.app, "snapshot", None)
+        app = warpdeck_app(self)
+        snap = app.snapshot
         if wid is None or snap is None:
             self.notify("no worker highlighted", severity="warning", timeout=2)
             return
         state = next((w.state for w in snap.workers if w.id == wid), "")
-        await self.app.quarantine(wid, release=state == "quarantined")  # type: ignore[attr-defined]
+        await app.quarantine(wid, release=state == "quarantined")
 
     def highlight(self, worker_id: str) -> bool:
         """Move the cursor to a worker's row; False if there is no such worker."""

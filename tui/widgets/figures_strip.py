@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.fit import Part, fit_parts
 from warpdeck.tui.glyphs import STALL_BADGES
 
@@ -54,7 +55,7 @@ class FiguresStrip(Widget):
         """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
 
     def on_mount(self) -> None:
-        self.watch(self.app, "snapshot", self._update, init=True)
+        self.watch(warpdeck_app(self), "snapshot", self._update, init=True)
 
     def _update(self, snap: EngineSnapshot | None) -> None:
         if snap is None or snap.seq == self._last_seq:

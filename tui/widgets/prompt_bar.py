@@ -15,7 +15,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.suggester import Suggester
@@ -38,7 +38,7 @@ class PromptBar(Vertical):
     """A hint, an error line (empty unless ``check`` refused the text) and the input. ``ask`` opens
     it; enter hands the text to the asker, escape hands None, and the bar hides itself again."""
 
-    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     DEFAULT_CSS = """
     PromptBar { layer: prompt; dock: bottom; height: auto; background: $panel; padding: 0 1; visibility: hidden; }
@@ -155,8 +155,9 @@ class PromptBar(Vertical):
     def _show_candidates(self, *, task_keys: bool) -> None:
         suggester = self._input.suggester
         value = self._input.value
-        found = suggester.candidates(value, task_keys=task_keys) if isinstance(suggester, Candidates) and (
-            value or task_keys) else []
+        found: list[str] = []
+        if isinstance(suggester, Candidates) and (value or task_keys):
+            found = suggester.candidates(value, task_keys=task_keys)
         self._candidates.update(Text("tab: " + " · ".join(found)) if found else "")  # Text: [KEY…] is no markup
         self._candidates.display = bool(found)
 

@@ -15,6 +15,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot
+from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.fit import Part, count_forms, fit_parts
 
 __all__ = ["StatusBar", "run_state"]
@@ -28,6 +29,8 @@ def run_state(snap: EngineSnapshot) -> tuple[str, str]:
     if snap.finished or snap.status == "stopped":
         glyph = {"finished": "✓", "drained": "✓", "cancelled": "⊘", "failed": "✗"}.get(snap.status, "■")
         return glyph, snap.status
+    if snap.outage is not None:
+        return "⚠", "outage: holding"
     if snap.feeder.state == "paused":
         return "⏸", "paused"
     workers = snap.workers
@@ -57,14 +60,18 @@ class StatusBar(Widget):
         """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
 
     def on_mount(self) -> None:
-        self.watch(self.app, "snapshot", self._update, init=True)
-        self.watch(self.app, "filter_text", lambda _: self.refresh())
-        self.watch(self.app, "readonly_note", lambda _: self.refresh())
+        app = warpdeck_app(self)
+        self.watch(app, "snapshot", self._update, init=True)
+        self.watch(app, "filter_text", self._note_changed)
+        self.watch(app, "readonly_note", self._note_changed)
 
     def _update(self, snap: EngineSnapshot | None) -> None:
         self._snap = snap
         if not self.paced:
             self.refresh()
+
+    def _note_changed(self, _text: str) -> None:
+        self.refresh()
 
     def render(self) -> Text:
         width = self.size.width or 1_000
@@ -105,7 +112,8 @@ class StatusBar(Widget):
             glyph, words = run_state(snap)
             add(f" {snap.pipeline}{_GAP}", 2, "bold")
             add(f"{glyph} {words}{_GAP}", 0, "bold" if words != "running" else "")
-        text = getattr(self.app, "filter_text", "")
+        app = warpdeck_app(self)
+        text = app.filter_text
         if text:
             add(f"filter /{text}/{_GAP}", 1, "italic")
         if snap is not None:
@@ -118,7 +126,7 @@ class StatusBar(Widget):
             if c.cancelled:
                 add(f"⊘{n(c.cancelled)} cancelled{_GAP}", 0, "bold")
             add(f"t {snap.t:,.1f}s{_GAP}", 3)
-        note = getattr(self.app, "readonly_note", "")
+        note = app.readonly_note
         if note:
             add(f"{note}{_GAP}", 1, "italic")
         for name, label in _SCREENS:

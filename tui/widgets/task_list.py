@@ -28,6 +28,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
+from textual.binding import BindingType
 from textual.cache import LRUCache
 from textual.color import Color
 from textual.geometry import Region, Size
@@ -56,7 +57,7 @@ class TaskList(ScrollView, can_focus=True):
 
     # Arrow keys mean task up/down here; left/right bubble up to the board (column focus).
     inherit_bindings = False
-    BINDINGS: ClassVar = bindings("list")
+    BINDINGS: ClassVar[list[BindingType]] = bindings("list")
 
     # Badge colours come straight from the theme's variables, not from a component class each:
     # Textual restyles every component class of every list on each focus change and screen
