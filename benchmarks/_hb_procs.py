@@ -72,31 +72,44 @@ def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, wait_s: float 
 
 class Mosquitto:
     """Mosquitto on a free loopback port, in the tests' configuration (no persistence), with no
-    connection limit; a fresh one per population, so no retained message outlives it."""
+    connection limit; a fresh one per population, so no retained message outlives it. It can be
+    stopped by a signal and started again on the same port (the broker-restart case)."""
 
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("mosquitto") or next((p for p in _MOSQUITTO if Path(p).is_file()), None)
         if binary is None:
             raise SystemExit("mosquitto is not installed (apt install mosquitto; brew install mosquitto)")
         self.port = free_port()
-        conf = workdir / f"mosquitto-{self.port}.conf"
+        self.conf = workdir / f"mosquitto-{self.port}.conf"
         lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "persistence false",
                  "max_connections -1", "log_type error", "log_type warning"]
         if os.geteuid() == 0:
             lines.append("user root")
-        conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        self.proc = subprocess.Popen([*_GUARD, binary, "-c", str(conf)], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.monotonic() + 10
+        self.conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        self._argv = [*_GUARD, binary, "-c", str(self.conf)]
+        self.start()
+
+    def start(self) -> float:
+        """Start the broker; once it accepts connections, return when it was started (monotonic)."""
+        started = time.monotonic()
+        self.proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        end = started + 10
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mosquitto exited with {self.proc.returncode} (config {conf})")
+                raise RuntimeError(f"mosquitto exited with {self.proc.returncode} (config {self.conf})")
             with socket.socket() as s:
                 s.settimeout(0.2)
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.02)
+                    return started
+            time.sleep(0.01)
         raise RuntimeError(f"mosquitto does not listen on 127.0.0.1:{self.port}")
+
+    def stop(self, sig: int) -> float:
+        """Send ``sig`` and wait for the broker to exit; return when it was sent (monotonic)."""
+        sent = time.monotonic()
+        _stop(self.proc, sig)
+        return sent
 
     @property
     def url(self) -> str:
@@ -163,6 +176,12 @@ class JsonChild:
             if "error" in doc:
                 raise RuntimeError(f"{' '.join(self.proc.args[-8:])}: {doc['error']}")
 
+    def send(self, doc: dict[str, Any]) -> None:
+        """One JSON line on the child's stdin (a command; closing stdin ends it)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(doc) + "\n")
+        self.proc.stdin.flush()
+
     def finish(self, key: str, limit_s: float = 20.0) -> dict[str, Any] | None:
         """Close stdin (the child's signal to end), wait for its ``key`` line and for it to exit."""
         with contextlib.suppress(OSError):
@@ -182,11 +201,15 @@ class JsonChild:
 
 @dataclass(slots=True)
 class VerdictLog:
-    """Every verdict the monitor reported, and its latest count of known and online workers."""
+    """Every verdict the monitor reported, its latest count of known and online workers, and while
+    it tracks a reconnection, how many workers it has heard since (``Monitor.track``)."""
 
     verdicts: list[tuple[str, int, str, str, float]] = field(default_factory=list)
     known: int = 0
     online: int = 0
+    back: tuple[int, float, float] | None = None
+    """(workers heard since the monitor reconnected, when the last of them was first heard, when
+    it reconnected); None before the reconnection."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     changed: threading.Condition = field(init=False)
 
@@ -201,6 +224,9 @@ class VerdictLog:
                 self.verdicts.append((wid, int(epoch), kind, reason, float(at)))
             elif "workers" in doc:
                 self.known, self.online = int(doc["workers"]), int(doc["online"])
+            elif "back" in doc:
+                count, last, since = doc["back"]
+                self.back = (int(count), float(last), float(since))
             else:
                 return False
             self.changed.notify_all()
@@ -226,6 +252,13 @@ class Monitor(JsonChild):
         self.worker_id: str = ready["worker_id"]
         self.control_tid = self.threads["warpdeck-control"]
         self.engine_tid = self.threads["MainThread"]
+
+    def track(self, on: bool) -> None:
+        """Start (or stop) tracking the monitor's next reconnection: from it on, the first heartbeat
+        of each worker is noted, and ``log.back`` says how many and when the last came."""
+        with self.log.lock:
+            self.log.back = None
+        self.send({"track": on})
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far: the control thread, the engine's loop thread, and the whole process."""

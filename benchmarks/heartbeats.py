@@ -19,12 +19,16 @@ phases spread uniformly). Then, in one run:
 
 and, on the largest population, a soak (``--soak-s``): one busy loop per core saturates the CPUs
 while the workers heartbeat and more kill and freeze trials run; it counts false convictions again.
+Then the broker-restart case (``_hb_restart.py``, ``--restart-down``): Mosquitto stopped by SIGTERM
+and by SIGKILL, down 1, 2 and 5 s, started again on its port; false convictions, and the time from
+the restart until every worker's heartbeats and the engine's telemetry are back.
 
 Targets (DESIGN.md section 9): monitor <= 10 % of a core at 1 000 x 2 Hz; killed p99 <= 0.5 s; frozen
 p99 <= 3 s; 0 false convictions over 10 minutes of load (the default soak is shorter: the bound says
-how long it ran; ``--soak-s 600`` runs the whole target).
+how long it ran; ``--soak-s 600`` runs the whole target); broker restart: 0 convicted, all back <= 5 s.
 
-    python benchmarks/heartbeats.py [--quick] [--workers 100,1000] [--soak-s 60] [--json PATH]
+    python benchmarks/heartbeats.py [--quick] [--workers 100,1000] [--soak-s 60] [--restart-down 1,2,5]
+                                    [--json PATH]
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import Any
 
 from _common import print_table, verdict, write_json
 from _hb_procs import Hogs, JsonChild, Monitor, Mosquitto, TrialWorker, process_cpu_s, raise_open_files
+from _hb_restart import restart_rows, run_restarts
 
 CPU_TARGET = 0.10  # of one core, at 1 000 workers x 2 Hz
 CPU_TARGET_AT = 1000
@@ -300,8 +305,9 @@ def run_soak(pop: Population, args: argparse.Namespace, rng: random.Random, soak
 
 
 def run_population(n: int, args: argparse.Namespace, workdir: Path, rng: random.Random, soak_s: float,
-                   rows: list[list[Any]], figures: dict[str, Any]) -> None:
-    """One population: CPU window, trials, and the soak when ``soak_s``; its rows and figures."""
+                   rows: list[list[Any]], figures: dict[str, Any], downs: list[float]) -> None:
+    """One population: CPU window, trials, the soak when ``soak_s`` and a broker restart for each
+    of ``downs``; its rows and figures."""
     tag = f"{n:,} workers".replace(",", " ")
     with Population(n, args.sim_procs, workdir) as pop:
         t_start = time.monotonic()
@@ -313,6 +319,7 @@ def run_population(n: int, args: argparse.Namespace, workdir: Path, rng: random.
         false = pop.false_convictions(t_start, t_trials)
         late, disc = pop.sims_late_max(t_start, t_trials)
         soak = run_soak(pop, args, rng, soak_s) if soak_s > 0 else {}
+        restarts = run_restarts(pop, downs)
     killed = [t for t in trials if t.how == "killed"]
     frozen = [t for t in trials if t.how == "frozen"]
     bound = f"<= {CPU_TARGET:.0%} of a core" if n >= CPU_TARGET_AT else ""
@@ -346,18 +353,20 @@ def run_population(n: int, args: argparse.Namespace, workdir: Path, rng: random.
              verdict(None)],
         ]
         soak["killed"], soak["frozen"] = summary(soak["killed"]), summary(soak["frozen"])
+    rows += restart_rows(tag, restarts)
     c = pop.counters
     rows.append([f"{tag}: the monitor counted", f"missed hb {c.get('missed_heartbeats', '?')}, dropped "
                  f"{sum(c.get('dropped', {}).values())}, reconnects {c.get('reconnects', '?')}", "", verdict(None)])
     figures[str(n)] = {"cpu": cpu, "floor": floor, "killed": summary(killed), "frozen": summary(frozen),
                        "false_convictions": [list(v) for v in false], "soak": soak, "monitor_counters": c,
-                       "sims": pop.sim_stats, "sim_windows": pop.windows, "trials": [asdict(t) for t in pop.trials]}
+                       "sims": pop.sim_stats, "sim_windows": pop.windows, "trials": [asdict(t) for t in pop.trials],
+                       "restarts": [asdict(r) for r in restarts]}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="100 workers only, 10 s CPU window, 4 trials of each kind, a 15 s soak")
+                    help="100 workers only, 10 s CPU window, 4 trials of each kind, a 15 s soak, restarts down 1 s")
     ap.add_argument("--workers", help="populations, comma-separated (default 100,1000)")
     ap.add_argument("--cpu-s", type=float, help="CPU window per population (default 30 s)")
     ap.add_argument("--floor-s", type=float,
@@ -368,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-soak-trials", dest="soak_trials", action="store_false",
                     help="no kill and freeze trials during the soak")
     ap.add_argument("--hogs", type=int, help="busy-loop processes during the soak (default: one per core)")
+    ap.add_argument("--restart-down", metavar="S,S,...", help="broker restarts on the largest population, each "
+                    "by SIGTERM and by SIGKILL: seconds down (default 1,2,5; --quick 1; '': none)")
     ap.add_argument("--sim-procs", type=int, default=2, help="simulator processes (default 2)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", metavar="PATH", help="save the figures as JSON")
@@ -378,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     args.floor_s = args.floor_s if args.floor_s is not None else (5.0 if q else 15.0)
     args.trials = args.trials if args.trials is not None else (4 if q else 30)
     soak_s = args.soak_s if args.soak_s is not None else (15.0 if q else 60.0)
+    down = args.restart_down if args.restart_down is not None else ("1" if q else "1,2,5")
+    downs = [float(x) for x in down.split(",") if x.strip()]
     args.hogs = args.hogs or _cores()
     raise_open_files(4 * max(pops) + 1024)  # a socket per worker in the broker, the simulators and paho's
     rng = random.Random(args.seed)
@@ -386,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="wd-bench-hb-") as d:
         for n in pops:
-            run_population(n, args, Path(d), rng, soak_s if n == max(pops) else 0.0, rows, figures)
+            last = n == max(pops)
+            run_population(n, args, Path(d), rng, soak_s if last else 0.0, rows, figures, downs if last else [])
     end_commit = _engine_commit()
     if end_commit != commit:
         commit = f"{commit}..{end_commit}"
@@ -396,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 right=[False, True, True, False])
     write_json(args.json, "heartbeats", {"engine_commit": commit, "populations": pops, "interval_s": INTERVAL_S,
                                          "cpu_s": args.cpu_s, "trials": args.trials, "soak_s": soak_s,
+                                         "restart_down_s": downs,
                                          "hogs": args.hogs, "results": figures})
     return 0
 
