@@ -421,8 +421,10 @@ class ControlPlane:
         then what the queue holds, for at most ``limit_s``."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancellation (3.11)
-                for ev in self.summaries.due(force=True):
-                    await client.publish(self.topics.events, encode(ev), qos=1)
+                # At once, not one acknowledgement after another: a flood may still be read
+                # between them, and the last summaries are the counts a listener adds up.
+                await asyncio.gather(*(client.publish(self.topics.events, encode(ev), qos=1)
+                                       for ev in self.summaries.due(force=True)))
                 while len(self.events):
                     await client.publish(self.topics.events, encode(await self.events.get()), qos=1)
 
