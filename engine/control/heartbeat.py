@@ -41,6 +41,7 @@ import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.mqtt_internals import paho_socket
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.topics import Topics, check_name
 from warpdeck.engine.control.wire import Birth, Death, DeviceStats, Heartbeat, WireError, decode, encode
@@ -167,7 +168,7 @@ class Heartbeater:
         client = self._client
         if client is not None:
             # paho's socket under aiomqtt: closing it without DISCONNECT is what SIGKILL does.
-            sock = client._client.socket()
+            sock = paho_socket(client)
             if sock is not None:
                 sock.close()
         if self._stopping is not None:

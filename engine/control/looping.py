@@ -20,6 +20,8 @@ from typing import Any
 
 import aiomqtt
 
+from warpdeck.engine.control.mqtt_internals import disconnected
+
 __all__ = ["FIRST_BACKOFF_S", "connection", "stop_loop_thread", "wait_backoff"]
 
 FIRST_BACKOFF_S = 0.1
@@ -57,6 +59,6 @@ async def connection(**kwargs: Any) -> AsyncIterator[aiomqtt.Client]:
         async with client:
             yield client
     finally:
-        ended = getattr(client, "_disconnected", None)
-        if isinstance(ended, asyncio.Future) and ended.done() and not ended.cancelled():
+        ended = disconnected(client)
+        if ended is not None and ended.done() and not ended.cancelled():
             ended.exception()  # marks it retrieved

@@ -25,16 +25,15 @@ subscriber took 9 to 15 % of a core at that rate, more than the monitor's whole 
    after their handlers ran, as paho does, but the PUBACKs of a run go out as one write, queued
    through paho's ``_packet_queue`` in order with its other packets: one PUBACK each cost two
    wake-up writes and a send, each a release of the GIL that the engine's loop then waited to
-   take back. Everything else (QoS 2, acknowledgements, PINGRESP, a
-   packet split between reads, MQTT 5) goes through paho as before, in order.
+   take back. Everything else (QoS 2, acknowledgements, PINGRESP, a packet split between reads,
+   MQTT 5) goes through paho as before, in order.
 
-This reaches into aiomqtt's and paho's internals (``Client._client``, ``Client._disconnected``,
-``paho.Client._sock_recv``, ``_packet_queue``, ``_in_packet``, ``loop_read``); the dependency pins
-``aiomqtt<3``, and where those names
-are missing ``read_in_batches`` changes nothing and returns False, so messages still arrive through
-aiomqtt's own path. The tests assert that it is in force with the installed versions. Should one of
-them fail while the connection runs (anything but the connection's own ``OSError``), the reader
-logs it once and hands this connection back to aiomqtt's way of reading (``fell_back``).
+This reaches into aiomqtt's and paho's internals, listed in ``mqtt_internals.py`` with the exact
+versions they were written for (pinned) and a canary test. Where one is missing ``read_in_batches``
+changes nothing, says which in a warning and returns None, so messages still arrive through
+aiomqtt's own path. Should one fail while the connection runs (anything but the connection's own
+``OSError``), the reader logs it once and hands this connection back to aiomqtt's way of reading
+(``fell_back``).
 
 It also registers paho's writer itself: aiomqtt adds it with ``call_soon_threadsafe``, and a
 connection that breaks before that callback runs has its socket closed under it (``add_writer`` on a
@@ -52,6 +51,8 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
+
+from warpdeck.engine.control.mqtt_internals import disconnected, missing
 
 __all__ = ["BatchedReader", "read_in_batches"]
 
@@ -155,9 +156,9 @@ class BatchedReader:
 
     def _broken(self, exc: BaseException) -> None:
         """As aiomqtt's own reader and writer: an exception out of paho ends the connection."""
-        disconnected = self.aclient._disconnected
-        if not disconnected.done():
-            disconnected.set_exception(exc)
+        ended = disconnected(self.aclient)
+        if ended is not None and not ended.done():
+            ended.set_exception(exc)
 
     def _register_write(self, _client: Any, _userdata: Any, sock: Any) -> None:
         # paho calls this from whichever thread publishes: add the writer on the loop, later.
@@ -339,6 +340,11 @@ class BatchedReader:
 def read_in_batches(aclient: Any, handler: Handler, every_s: float = 0.01) -> BatchedReader | None:
     """Make a connected ``aiomqtt.Client`` read in batches and hand each PUBLISH to ``handler``
     (on the client's loop). Returns None, changing nothing, where the internals it needs differ."""
+    gone = missing(aclient)
+    if gone:
+        _log.warning("batched MQTT reads unavailable (this library lacks %s); reading through aiomqtt",
+                     ", ".join(gone))
+        return None
     try:
         reader = BatchedReader(aclient, handler, every_s)
         if reader.sock is None or not callable(reader._raw_recv) or not hasattr(aclient, "_disconnected"):
