@@ -31,6 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.reasoncodes import ReasonCode
 from wd_broker import Mosquitto, TlsFiles, make_tls, mosquitto_binary
 from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for
+from wd_wait import until
 
 from warpdeck.engine.commands import Pause
 from warpdeck.engine.control.broker import BrokerAddress
@@ -316,21 +317,17 @@ def test_a_worker_under_its_own_account_is_heard_and_convicted_by_its_will(secur
         assert et.verdict("w1", "dead", t0).reason == "will"
 
 
-def test_a_death_forged_by_another_workers_account_convicts_nobody(secured: SecuredBroker) -> None:
+async def test_a_death_forged_by_another_workers_account_convicts_nobody(secured: SecuredBroker) -> None:
     tp = Topics("acl-forged-death")
     with EngineThread(slow_spec(tp.pipeline), secured.address(ENGINE)) as et, _worker_w1(secured, tp.pipeline) as w1:
-        wait_for(lambda: et.state_of("w1") == "online", 10, "w1 heard")
+        await until(lambda: et.state_of("w1") == "online", 10, "w1 heard")
         t0 = time.monotonic()
-
-        async def forge() -> None:
-            async with _client(secured, "w2") as w2:
-                # w1's current epoch is in its retained birth. A goodbye convicts at once (a Will
-                # only after a short hold), and retained it would convict w1 in every later engine.
-                forged = Death(worker="w1", epoch=w1.epoch, graceful=True, reason="forged")
-                await w2.publish(tp.worker("w1", "death"), encode(forged), qos=1, retain=True)
-                await w2.publish(tp.worker("w2", "birth"), encode(Birth(worker="w2", epoch=1)), qos=1)
-
-        asyncio.run(forge())
+        async with _client(secured, "w2") as w2:
+            # w1's current epoch is in its retained birth. A goodbye convicts at once (a Will
+            # only after a short hold), and retained it would convict w1 in every later engine.
+            forged = Death(worker="w1", epoch=w1.epoch, graceful=True, reason="forged")
+            await w2.publish(tp.worker("w1", "death"), encode(forged), qos=1, retain=True)
+            await w2.publish(tp.worker("w2", "birth"), encode(Birth(worker="w2", epoch=1)), qos=1)
         seen: list[dict[str, str]] = []
 
         def w2_heard() -> bool:
@@ -341,36 +338,32 @@ def test_a_death_forged_by_another_workers_account_convicts_nobody(secured: Secu
 
         # The engine reads one connection's messages in order: when it knows w2, it has read
         # whatever reached it of the forgery before, and the same view shows w1.
-        wait_for(w2_heard, 10, "w2's own birth heard")
+        await until(w2_heard, 10, "w2's own birth heard")
         assert seen[-1]["w1"] == "online"
         assert et.verdict("w1", "dead", t0) is None
 
 
-def test_the_engine_obeys_the_operator_account_and_a_viewer_hears_the_answer(secured: SecuredBroker) -> None:
+async def test_the_engine_obeys_the_operator_account_and_a_viewer_hears_the_answer(secured: SecuredBroker) -> None:
     tp = Topics("acl-command")
     signed = Signer(SECRET).sign(Pause())
     with EngineThread(slow_spec(tp.pipeline), secured.address(ENGINE), secret=SECRET) as et:
         assert et.engine is not None and et.engine.control is not None
-        wait_for(et.engine.control.connected.is_set, 10, "plane connected")
-
-        async def command() -> tuple[Event, Telemetry]:
-            answer: Event | None = None
-            telemetry: Telemetry | None = None
-            async with _client(secured, VIEWER) as viewer, _client(secured, OPERATOR) as operator:
-                await viewer.subscribe([(tp.events, 1), (tp.telemetry, 0)])
-                await operator.publish(tp.cmd, encode(signed), qos=1)
-                async with asyncio.timeout(10):
-                    async for m in viewer.messages:
-                        msg = decode(m.payload)  # type: ignore[arg-type]
-                        if isinstance(msg, Telemetry):
-                            telemetry = msg
-                        elif isinstance(msg, Event) and msg.ref == signed.nonce:
-                            answer = msg
-                        if answer is not None and telemetry is not None:
-                            return answer, telemetry
-            raise AssertionError("the viewer heard no answer")
-
-        answer, telemetry = asyncio.run(command())
+        await until(et.engine.control.connected.is_set, 10, "plane connected")
+        answer: Event | None = None
+        telemetry: Telemetry | None = None
+        async with _client(secured, VIEWER) as viewer, _client(secured, OPERATOR) as operator:
+            await viewer.subscribe([(tp.events, 1), (tp.telemetry, 0)])
+            await operator.publish(tp.cmd, encode(signed), qos=1)
+            async with asyncio.timeout(10):
+                async for m in viewer.messages:
+                    msg = decode(m.payload)  # type: ignore[arg-type]
+                    if isinstance(msg, Telemetry):
+                        telemetry = msg
+                    elif isinstance(msg, Event) and msg.ref == signed.nonce:
+                        answer = msg
+                    if answer is not None and telemetry is not None:
+                        break
+        assert answer is not None and telemetry is not None, "the viewer heard no answer"
         assert answer.what == "command_applied", answer
         assert telemetry.pipeline == tp.pipeline
         assert et.engine.feeder.paused

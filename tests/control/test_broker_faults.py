@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiomqtt
@@ -43,12 +42,12 @@ fn = "wd_stages:sleep_10ms"
 DOWN_S = 1.0  # how long the broker stays away: the fault itself, not a wait for a condition
 
 
-def _wait_online(broker: Mosquitto, topic: str) -> None:
+async def _wait_online(broker: Mosquitto, topic: str) -> None:
     def online(got: list[aiomqtt.Message]) -> bool:
         state = decode(got[-1].payload) if isinstance(got[-1].payload, bytes) else None
         return isinstance(state, EngineState) and state.state == "online"
 
-    asyncio.run(collect(broker.address, topic, online, limit_s=15))
+    await collect(broker.address, topic, online, limit_s=15)
 
 
 def _stop(broker: Mosquitto, sig: signal.Signals) -> None:
@@ -58,29 +57,31 @@ def _stop(broker: Mosquitto, sig: signal.Signals) -> None:
     broker.stop()  # closes its pipe; the process is gone already
 
 
-def test_a_broker_terminated_then_killed_mid_run_leaves_stderr_clean(tmp_path: Path, mosquitto: Mosquitto) -> None:
+async def test_a_broker_terminated_then_killed_mid_run_leaves_stderr_clean(tmp_path: Path,
+                                                                           mosquitto: Mosquitto) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
     report = tmp_path / "report.json"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "warpdeck.cli.main", "run", str(spec), "--headless", "--json", str(report),
-         "--run-dir", str(tmp_path / "run"), "--broker", mosquitto.url],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "warpdeck.cli.main", "run", str(spec), "--headless", "--json", str(report),
+        "--run-dir", str(tmp_path / "run"), "--broker", mosquitto.url,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "160"})
     state = Topics("broker-faults").engine_state
     try:
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            _wait_online(mosquitto, state)
+            await _wait_online(mosquitto, state)
             _stop(mosquitto, sig)
-            time.sleep(DOWN_S)
+            await asyncio.sleep(DOWN_S)
             mosquitto.start()
-        _wait_online(mosquitto, state)
-        assert run.poll() is None, "the run ended before both faults: make it longer"
-        _, err = run.communicate(timeout=120)
+        await _wait_online(mosquitto, state)
+        assert run.returncode is None, "the run ended before both faults: make it longer"
+        _, raw = await asyncio.wait_for(run.communicate(), 120)
     finally:
-        if run.poll() is None:
+        if run.returncode is None:
             run.kill()
-            run.communicate()
+            await run.communicate()
+    err = raw.decode()
     assert run.returncode == 0, err
     assert "Traceback" not in err, err
     assert "never retrieved" not in err, err
@@ -122,9 +123,9 @@ async def _read_with_a_failing_internal(broker: Broker) -> tuple[list[str], Batc
     return got, reader
 
 
-def test_batched_reads_fall_back_to_aiomqtt_when_an_internal_fails(mosquitto: Mosquitto,
-                                                                   capfd: pytest.CaptureFixture[str]) -> None:
-    got, reader = asyncio.run(_read_with_a_failing_internal(mosquitto))
+async def test_batched_reads_fall_back_to_aiomqtt_when_an_internal_fails(mosquitto: Mosquitto,
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    got, reader = await _read_with_a_failing_internal(mosquitto)
     assert reader.fell_back is not None
     assert got[:400] == [f"wd-test-fb/{i}" for i in range(400)], "messages lost or reordered by the fallback"
     err = capfd.readouterr().err

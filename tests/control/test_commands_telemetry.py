@@ -11,7 +11,8 @@ import time
 
 import aiomqtt
 from wd_broker import Broker, Mosquitto
-from wd_control import EngineThread, collect, slow_spec, wait_for
+from wd_control import EngineThread, collect, slow_spec
+from wd_wait import until
 
 from warpdeck.engine.commands import Pause, Resume
 from warpdeck.engine.control.signing import Signer
@@ -27,13 +28,13 @@ async def _publish(broker: Broker, topic: str, payloads: list[bytes], qos: int =
             await c.publish(topic, p, qos=qos)
 
 
-def test_telemetry_describes_the_run_at_most_four_times_a_second(broker: Broker) -> None:
+async def test_telemetry_describes_the_run_at_most_four_times_a_second(broker: Broker) -> None:
     topics = Topics("tele")
     with EngineThread(slow_spec("tele"), broker.address) as et:
-        wait_for(lambda: et.engine is not None and et.engine.control is not None
-                 and et.engine.control.connected.is_set(), 10, "plane connected")
+        await until(lambda: et.engine is not None and et.engine.control is not None
+                    and et.engine.control.connected.is_set(), 10, "plane connected")
         t0 = time.monotonic()
-        msgs = asyncio.run(collect(broker.address, topics.telemetry, lambda got: len(got) >= 9, limit_s=10))
+        msgs = await collect(broker.address, topics.telemetry, lambda got: len(got) >= 9, limit_s=10)
         took = time.monotonic() - t0
         tel = [decode(m.payload) for m in msgs]  # type: ignore[arg-type]
         assert all(isinstance(t, Telemetry) for t in tel)
@@ -47,46 +48,46 @@ def test_telemetry_describes_the_run_at_most_four_times_a_second(broker: Broker)
         assert took >= 8 * 0.25 * 0.9, f"{len(msgs)} telemetry messages in {took:.2f} s: faster than 4 Hz"
 
 
-def test_a_signed_command_is_applied_and_forged_expired_replayed_unsigned_are_refused(mosquitto: Mosquitto) -> None:
+async def test_a_signed_command_is_applied_and_forged_expired_replayed_unsigned_are_refused(
+        mosquitto: Mosquitto) -> None:
     topics = Topics("cmds")
     signer = Signer(SECRET)
     with EngineThread(slow_spec("cmds"), mosquitto.address, secret=SECRET) as et:
         assert et.engine is not None and et.engine.control is not None
         plane = et.engine.control
-        wait_for(plane.connected.is_set, 10, "plane connected")
+        await until(plane.connected.is_set, 10, "plane connected")
         good = signer.payload(Pause())
         forged = Signer(b"not the secret, but long enough").payload(Resume())
         tampered = json.loads(signer.payload(Pause()))
         tampered["body"] = '{"kind":"cancel","all":true}'
         expired = signer.payload(Resume(), now=time.time() - 600)
         unsigned = b'{"kind": "resume"}'
-        asyncio.run(_publish(mosquitto, topics.cmd, [good, forged, json.dumps(tampered).encode(), expired, unsigned,
-                                                     good]))
-        wait_for(lambda: sum(plane.refused.values()) >= 5, 10, "five refusals")
+        await _publish(mosquitto, topics.cmd, [good, forged, json.dumps(tampered).encode(), expired, unsigned, good])
+        await until(lambda: sum(plane.refused.values()) >= 5, 10, "five refusals")
         assert dict(plane.refused) == {"bad_signature": 2, "expired": 1, "unsigned": 1, "replayed": 1}
         assert plane.applied == 1
-        wait_for(lambda: et.engine.feeder.paused, 5, "the signed pause applied")
-        wait_for(lambda: sum(et.snapshot().control.commands_refused.values()) == 5, 2,  # type: ignore[union-attr]
-                 "the snapshot shows them")
+        await until(lambda: et.engine.feeder.paused, 5, "the signed pause applied")
+        await until(lambda: sum(et.snapshot().control.commands_refused.values()) == 5, 2,  # type: ignore[union-attr]
+                    "the snapshot shows them")
         snap = et.snapshot()
         assert snap is not None and snap.control is not None and snap.control.connected
         assert snap.control.commands_refused == {"bad_signature": 2, "expired": 1, "unsigned": 1, "replayed": 1}
         # The refusals are in the snapshot's control counters, through telemetry.
-        msgs = asyncio.run(collect(mosquitto.address, topics.telemetry, lambda got: len(got) >= 1))
+        msgs = await collect(mosquitto.address, topics.telemetry, lambda got: len(got) >= 1)
         tel = decode(msgs[-1].payload)  # type: ignore[arg-type]
         assert isinstance(tel, Telemetry) and tel.control is not None
         assert tel.control.commands_refused["bad_signature"] == 2 and tel.control.commands_applied == 1
         # A fresh signature for resume works: nothing above broke the verifier.
-        asyncio.run(_publish(mosquitto, topics.cmd, [signer.payload(Resume())]))
-        wait_for(lambda: not et.engine.feeder.paused, 5, "resumed")
+        await _publish(mosquitto, topics.cmd, [signer.payload(Resume())])
+        await until(lambda: not et.engine.feeder.paused, 5, "resumed")
 
 
-def test_without_a_secret_every_remote_command_is_refused(mosquitto: Mosquitto) -> None:
+async def test_without_a_secret_every_remote_command_is_refused(mosquitto: Mosquitto) -> None:
     topics = Topics("nosecret")
     with EngineThread(slow_spec("nosecret"), mosquitto.address, secret=None) as et:
         assert et.engine is not None and et.engine.control is not None
         plane = et.engine.control
-        wait_for(plane.connected.is_set, 10, "plane connected")
+        await until(plane.connected.is_set, 10, "plane connected")
 
         async def send_and_hear() -> list[aiomqtt.Message]:
             async with aiomqtt.Client(**mosquitto.address.client_kwargs()) as c:
@@ -98,7 +99,7 @@ def test_without_a_secret_every_remote_command_is_refused(mosquitto: Mosquitto) 
                         return [m]
             return []
 
-        assert asyncio.run(asyncio.wait_for(send_and_hear(), 10))
+        assert await asyncio.wait_for(send_and_hear(), 10)
         assert plane.refused["no_secret"] == 1
         assert not et.engine.feeder.paused
 
@@ -137,25 +138,26 @@ def _fuzz(rng: random.Random, n: int) -> list[bytes]:
     return out
 
 
-def test_ten_thousand_fuzzed_payloads_on_every_topic_crash_nothing(mosquitto: Mosquitto) -> None:
+async def test_ten_thousand_fuzzed_payloads_on_every_topic_crash_nothing(mosquitto: Mosquitto) -> None:
     topics = Topics("fuzz")
     rng = random.Random(1234)
     with EngineThread(slow_spec("fuzz"), mosquitto.address, secret=SECRET) as et:
         assert et.engine is not None and et.engine.control is not None
         plane = et.engine.control
-        wait_for(plane.connected.is_set, 10, "plane connected")
+        await until(plane.connected.is_set, 10, "plane connected")
         targets = [topics.worker("w1", "hb"), topics.worker("w1", "birth"), topics.worker("w1", "death"), topics.cmd,
                    f"{topics.base}/worker/x/unknown", f"{topics.base}/worker/-bad-/hb"]
         per_topic = 10_000 // len(targets) + 1
         for topic in targets:
-            asyncio.run(_publish(mosquitto, topic, _fuzz(rng, per_topic), qos=0))
+            await _publish(mosquitto, topic, _fuzz(rng, per_topic), qos=0)
         done_before = et.snapshot().counts.done  # type: ignore[union-attr]
-        wait_for(lambda: plane.dropped.total + sum(plane.refused.values()) >= 0.7 * per_topic * 5, 30,
-                 "fuzz counted")
+        await until(lambda: plane.dropped.total + sum(plane.refused.values()) >= 0.7 * per_topic * 5, 30,
+                    "fuzz counted")
         assert plane.connected.is_set() and not plane.error, plane.error
         # The engine is still running and still obeys a good command.
-        wait_for(lambda: et.snapshot().counts.done > done_before, 10, "engine progress")  # type: ignore[union-attr]
-        asyncio.run(_publish(mosquitto, topics.cmd, [Signer(SECRET).payload(Pause())]))
-        wait_for(lambda: et.engine.feeder.paused, 5, "a good command after the fuzz")
+        await until(lambda: et.snapshot().counts.done > done_before, 10,  # type: ignore[union-attr]
+                    "engine progress")
+        await _publish(mosquitto, topics.cmd, [Signer(SECRET).payload(Pause())])
+        await until(lambda: et.engine.feeder.paused, 5, "a good command after the fuzz")
         counts = plane.dropped.counts()
         assert {"malformed", "invalid", "oversized"} <= counts.keys(), counts

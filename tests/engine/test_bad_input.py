@@ -10,7 +10,6 @@ A full or read-only disk is an outage (engine/outage.py): it holds the writes an
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -71,7 +70,7 @@ def _write_case(path: Path, case: str) -> str:
 
 @pytest.mark.parametrize("case", ["corrupt header", "not npy at all", "empty", "truncated", "wrong shape",
                                   "wrong dtype"])
-def test_bad_npy_input_fails_alone_before_any_stage_with_its_reason(tmp_path: Path, case: str) -> None:
+async def test_bad_npy_input_fails_alone_before_any_stage_with_its_reason(tmp_path: Path, case: str) -> None:
     src = tmp_path / "in"
     src.mkdir()
     for i in range(12):
@@ -80,7 +79,7 @@ def test_bad_npy_input_fails_alone_before_any_stage_with_its_reason(tmp_path: Pa
     s = spec(["wd_stages:double"], batch_size=4,
              source={"kind": "npy_dir", "path": str(src), "shape": [4], "dtype": "float64"},
              sink={"kind": "npy_dir", "path": str(tmp_path / "out")})
-    report, eng = asyncio.run(_run(s))
+    report, eng = await _run(s)
     assert (report.counts.done, report.counts.failed) == (11, 1)
     _failed_with(report, eng, "f05", want)
     d = eng.task_detail("f05")
@@ -90,11 +89,11 @@ def test_bad_npy_input_fails_alone_before_any_stage_with_its_reason(tmp_path: Pa
 
 
 # -- non-finite outputs -------------------------------------------------------------------------
-def test_nonfinite_output_is_flagged_by_default_and_the_task_finishes() -> None:
+async def test_nonfinite_output_is_flagged_by_default_and_the_task_finishes() -> None:
     sink = RecordingSink()
     s = spec(["wd_stages:nan_at_poison"], batch_size=4)
     assert s.nonfinite == "flag"
-    report, eng = asyncio.run(_run(s, IterableSource(_arrays(12, {5: POISON, 7: -POISON})), sink))
+    report, eng = await _run(s, IterableSource(_arrays(12, {5: POISON, 7: -POISON})), sink)
     assert (report.counts.done, report.counts.failed, report.counts.flagged) == (12, 0, 2)
     d = eng.task_detail("k0005")
     assert d is not None and d.state == "done" and "4 of 4 values are NaN or infinite" in d.flag
@@ -107,10 +106,10 @@ def test_nonfinite_output_is_flagged_by_default_and_the_task_finishes() -> None:
     assert ok is not None and ok.flag == ""
 
 
-def test_nonfinite_fail_policy_fails_the_task_without_writing_or_retrying() -> None:
+async def test_nonfinite_fail_policy_fails_the_task_without_writing_or_retrying() -> None:
     sink = RecordingSink()
     s = spec(["wd_stages:nan_at_poison"], batch_size=4, nonfinite="fail", retry={"max_attempts": 3})
-    report, eng = asyncio.run(_run(s, IterableSource(_arrays(12, {5: POISON})), sink))
+    report, eng = await _run(s, IterableSource(_arrays(12, {5: POISON})), sink)
     assert (report.counts.done, report.counts.failed) == (11, 1)
     _failed_with(report, eng, "k0005", "4 of 4 values are NaN or infinite")
     d = eng.task_detail("k0005")
@@ -118,9 +117,9 @@ def test_nonfinite_fail_policy_fails_the_task_without_writing_or_retrying() -> N
     assert report.exit_code == 1
 
 
-def test_nonfinite_allow_policy_does_not_look() -> None:
+async def test_nonfinite_allow_policy_does_not_look() -> None:
     s = spec(["wd_stages:nan_at_poison"], batch_size=4, nonfinite="allow")
-    report, eng = asyncio.run(_run(s, IterableSource(_arrays(8, {5: POISON})), RecordingSink()))
+    report, eng = await _run(s, IterableSource(_arrays(8, {5: POISON})), RecordingSink())
     assert (report.counts.done, report.counts.flagged) == (8, 0)
     d = eng.task_detail("k0005")
     assert d is not None and d.flag == ""
@@ -136,7 +135,7 @@ def _leftovers(out: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fail_times", [1, 5])
-def test_enospc_mid_write_holds_the_write_and_burns_no_attempt(
+async def test_enospc_mid_write_holds_the_write_and_burns_no_attempt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_times: int) -> None:
     # Injected: ENOSPC on one chosen file cannot be made real beside files that must succeed
     # (tests/engine/test_outage.py fills a real tmpfs). Half the bytes reach the disk first, as
@@ -153,7 +152,7 @@ def test_enospc_mid_write_holds_the_write_and_burns_no_attempt(
 
     monkeypatch.setattr(np.lib.format, "write_array", filling_disk)
     out = tmp_path / "out"
-    report, eng = asyncio.run(_run(_npy_spec(out, retry={"max_attempts": 3}), IterableSource(_arrays(12))))
+    report, eng = await _run(_npy_spec(out, retry={"max_attempts": 3}), IterableSource(_arrays(12)))
     assert _leftovers(out) == []
     assert (report.counts.done, report.counts.failed, report.exit_code) == (12, 0, ExitStatus.FINISHED)
     np.testing.assert_array_equal(np.load(out / "k0006.npy"), np.full(4, 12.0))
@@ -164,7 +163,7 @@ def test_enospc_mid_write_holds_the_write_and_burns_no_attempt(
     assert report.outages.last == f"sink: no space left on device ({out}{os.sep})"
 
 
-def test_eacces_on_rename_holds_the_run_then_stops_it_with_nothing_failed_and_a_resume_finishes(
+async def test_eacces_on_rename_holds_the_run_then_stops_it_with_nothing_failed_and_a_resume_finishes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Injected: the tests run as root, whom permissions do not stop (the real case is below).
     real = os.replace
@@ -178,35 +177,35 @@ def test_eacces_on_rename_holds_the_run_then_stops_it_with_nothing_failed_and_a_
     monkeypatch.setattr(os, "replace", refusing)
     out, run_dir = tmp_path / "out", tmp_path / "run"
     s = _npy_spec(out, retry={"max_attempts": 2}, faults={"outage_timeout_s": 0.3})
-    report, _ = asyncio.run(_run(s, IterableSource(_arrays(8)), run_dir=run_dir))
+    report, _ = await _run(s, IterableSource(_arrays(8)), run_dir=run_dir)
     assert (report.status, report.stopped_by, report.exit_code) == ("stopped", "outage", ExitStatus.OUTAGE)
     assert report.counts.failed == 0 and report.failures == []
     assert "k0003" not in {p.stem for p in out.glob("*.npy")}
     assert report.outages is not None and report.outages.last.startswith("sink: permission denied (")
     assert _leftovers(out) == []
     refuse["on"] = False  # the operator fixed the permissions
-    again, _ = asyncio.run(_run(s, IterableSource(_arrays(8)), run_dir=run_dir))
+    again, _ = await _run(s, IterableSource(_arrays(8)), run_dir=run_dir)
     assert (again.counts.failed, again.exit_code) == (0, ExitStatus.FINISHED)
     assert sorted(p.stem for p in out.glob("*.npy")) == [f"k{i:04d}" for i in range(8)]
     assert again.counts.done + again.counts.skipped_done == 8
 
 
-def test_an_output_name_taken_by_a_directory_fails_that_task_alone_for_real(tmp_path: Path) -> None:
+async def test_an_output_name_taken_by_a_directory_fails_that_task_alone_for_real(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "k0003.npy" / "occupied").mkdir(parents=True)  # the OS refuses the rename, root or not
-    report, eng = asyncio.run(_run(_npy_spec(out, retry={"max_attempts": 2}), IterableSource(_arrays(8))))
+    report, eng = await _run(_npy_spec(out, retry={"max_attempts": 2}), IterableSource(_arrays(8)))
     assert (report.counts.done, report.counts.failed) == (7, 1)
     _failed_with(report, eng, "k0003", "sink: ")
     assert _leftovers(out) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory; see the injected EACCES test")
-def test_a_read_only_output_directory_is_an_outage_not_a_failure(tmp_path: Path) -> None:
+async def test_a_read_only_output_directory_is_an_outage_not_a_failure(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o500)
     try:
-        report, _ = asyncio.run(_run(_npy_spec(out, faults={"outage_timeout_s": 0.2}), IterableSource(_arrays(4))))
+        report, _ = await _run(_npy_spec(out, faults={"outage_timeout_s": 0.2}), IterableSource(_arrays(4)))
     finally:
         out.chmod(0o700)
     assert (report.counts.failed, report.exit_code) == (0, ExitStatus.OUTAGE)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -163,12 +162,12 @@ def _end(proc: subprocess.Popen[str]) -> None:
         proc.communicate()
 
 
-def test_exit_status_precedence_is_decided_by_the_report_alone() -> None:
+async def test_exit_status_precedence_is_decided_by_the_report_alone() -> None:
     from wd_build import spec as small_spec
 
     from warpdeck.engine.api import ExitStatus, run_pipeline
 
-    base = asyncio.run(run_pipeline(small_spec()))
+    base = await run_pipeline(small_spec())
     assert base.exit_code == ExitStatus.FINISHED == 0
 
     def status(state: str, **counts: int) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,7 +171,7 @@ def test_max_depth_below_slot_depth_is_rejected() -> None:
     assert "feeder.max_depth must be at least slot_depth" in str(info.value)
 
 
-def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_or_runs(tmp_path: Path) -> None:
+async def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_or_runs(tmp_path: Path) -> None:
     data = minimal(backend="numpy", batch_size=64, feeder={"high_watermark": 100},
                    stages=[{"fn": "warpdeck.examples.dense:stage"}], source={"kind": "synthetic", "count": 8,
                                                                          "shape": [512]})
@@ -181,15 +180,12 @@ def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_or_runs
     except SpecError as err:  # the fix in config: a clear error at the field
         assert issue_locs(err)[0].startswith("feeder")
         return
+    # the fix in the engine: a low watermark that fits under 100 (an Engine is built inside a running loop)
+    from warpdeck.engine.run import Engine
 
-    async def build() -> None:  # the fix in the engine: a low watermark that fits under 100
-        from warpdeck.engine.run import Engine
-
-        eng = Engine(spec, tmp_path)
-        assert 0 < eng.feeder.low < eng.feeder.high == 100
-        eng.backend.close()
-
-    asyncio.run(build())
+    eng = Engine(spec, tmp_path)
+    assert 0 < eng.feeder.low < eng.feeder.high == 100
+    eng.backend.close()
 
 
 # -- stage targets ------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from pathlib import Path
 
@@ -16,7 +15,7 @@ NAMES = ["spectrogram", "dense", "conv2d"]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_example_from_files_matches_reference(name: str, tmp_path: Path) -> None:
+async def test_example_from_files_matches_reference(name: str, tmp_path: Path) -> None:
     module = importlib.import_module(f"warpdeck.examples.{name}")
     data = tmp_path / "data"
     paths = module.make_inputs(data, 24, seed=3)
@@ -25,7 +24,7 @@ def test_example_from_files_matches_reference(name: str, tmp_path: Path) -> None
         "backend": "numpy", "batch_size": 5,
         "source": spec.source.model_copy(update={"path": data}),
     })
-    report = asyncio.run(run_pipeline(spec, tmp_path / "run"))
+    report = await run_pipeline(spec, tmp_path / "run")
     assert report.counts.done == 24 and report.exit_code == 0
     out_dir = tmp_path / "run" / "outputs"
     for p in paths:
@@ -36,7 +35,7 @@ def test_example_from_files_matches_reference(name: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_synthetic_example_matches_reference(name: str, tmp_path: Path) -> None:
+async def test_synthetic_example_matches_reference(name: str, tmp_path: Path) -> None:
     from warpdeck.engine.sources import synthetic_values
 
     module = importlib.import_module(f"warpdeck.examples.{name}")
@@ -44,7 +43,7 @@ def test_synthetic_example_matches_reference(name: str, tmp_path: Path) -> None:
     spec = spec.model_copy(update={
         "backend": "numpy", "batch_size": 16, "source": spec.source.model_copy(update={"count": 40}),
     })
-    report = asyncio.run(run_pipeline(spec, tmp_path / "run"))
+    report = await run_pipeline(spec, tmp_path / "run")
     assert report.counts.done == 40
     src = spec.source
     for i in (0, 17, 39):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,10 @@ async def _run(s, source, sink) -> tuple[RunReport, Engine]:
         return await eng.wait(), eng
 
 
-def test_raising_stage_fails_only_the_bad_task_after_retries() -> None:
+async def test_raising_stage_fails_only_the_bad_task_after_retries() -> None:
     s = spec(["wd_stages:poison"], batch_size=8, retry={"max_attempts": 3})
     sink = RecordingSink()
-    report, eng = asyncio.run(_run(s, IterableSource(_arrays(40, {13})), sink))
+    report, eng = await _run(s, IterableSource(_arrays(40, {13})), sink)
     assert (report.counts.done, report.counts.failed) == (39, 1)
     assert report.exit_code == 1
     detail = eng.task_detail("k0013")
@@ -38,39 +37,39 @@ def test_raising_stage_fails_only_the_bad_task_after_retries() -> None:
     assert "k0013" not in sink.out and len(sink.out) == 39
 
 
-def test_innocent_neighbours_of_a_failed_batch_are_retried_and_finish() -> None:
+async def test_innocent_neighbours_of_a_failed_batch_are_retried_and_finish() -> None:
     s = spec(["wd_stages:poison"], batch_size=8, retry={"max_attempts": 2})
-    _, eng = asyncio.run(_run(s, IterableSource(_arrays(16, {3})), RecordingSink()))
+    _, eng = await _run(s, IterableSource(_arrays(16, {3})), RecordingSink())
     neighbour = eng.task_detail("k0004")
     assert neighbour is not None and neighbour.state == "done"
     assert neighbour.attempt == 2 and neighbour.history[0].outcome == "failed"
 
 
-def test_no_retry_policy_fails_whole_batch_once() -> None:
+async def test_no_retry_policy_fails_whole_batch_once() -> None:
     s = spec(["wd_stages:poison"], batch_size=4, retry={"max_attempts": 1})
-    report, _ = asyncio.run(_run(s, IterableSource(_arrays(8, {1})), RecordingSink()))
+    report, _ = await _run(s, IterableSource(_arrays(8, {1})), RecordingSink())
     assert (report.counts.done, report.counts.failed) == (4, 4)
 
 
-def test_sink_error_is_retried_then_succeeds() -> None:
+async def test_sink_error_is_retried_then_succeeds() -> None:
     sink = RecordingSink(fail_keys=["k0002"], fail_times=1)
     s = spec(["wd_stages:double"], batch_size=4, retry={"max_attempts": 2})
-    report, eng = asyncio.run(_run(s, IterableSource(_arrays(8)), sink))
+    report, eng = await _run(s, IterableSource(_arrays(8)), sink)
     assert report.counts.done == 8
     assert sink.writes["k0002"] == 1
     detail = eng.task_detail("k0002")
     assert detail is not None and "Connection reset by peer" in detail.history[0].reason
 
 
-def test_sink_error_past_the_limit_fails_with_reason() -> None:
+async def test_sink_error_past_the_limit_fails_with_reason() -> None:
     sink = RecordingSink(fail_keys=["k0002"], fail_times=5)
     s = spec(["wd_stages:double"], batch_size=4, retry={"max_attempts": 2})
-    report, _ = asyncio.run(_run(s, IterableSource(_arrays(8)), sink))
+    report, _ = await _run(s, IterableSource(_arrays(8)), sink)
     assert (report.counts.done, report.counts.failed) == (7, 1)
     assert "Connection reset by peer" in report.failures[0].reason
 
 
-def test_corrupt_and_misshapen_npy_inputs_fail_alone_without_retry(tmp_path: Path) -> None:
+async def test_corrupt_and_misshapen_npy_inputs_fail_alone_without_retry(tmp_path: Path) -> None:
     data = tmp_path / "in"
     data.mkdir()
     for i in range(10):
@@ -82,7 +81,7 @@ def test_corrupt_and_misshapen_npy_inputs_fail_alone_without_retry(tmp_path: Pat
     s = spec(["wd_stages:double"], batch_size=4,
              source={"kind": "npy_dir", "path": str(data), "shape": [4], "dtype": "float64"},
              sink={"kind": "npy_dir", "path": str(tmp_path / "out")})
-    report, eng = asyncio.run(_run(s, None, None))
+    report, eng = await _run(s, None, None)
     assert (report.counts.done, report.counts.failed) == (7, 3)
     reasons = {f.key: f.reason for f in report.failures}
     assert "shape [5], expected [4]" in reasons["f05"]
@@ -94,14 +93,14 @@ def test_corrupt_and_misshapen_npy_inputs_fail_alone_without_retry(tmp_path: Pat
     assert np.array_equal(np.load(tmp_path / "out" / "f04.npy"), np.full(4, 8.0))
 
 
-def test_bad_keys_from_an_iterable_fail_at_admission() -> None:
+async def test_bad_keys_from_an_iterable_fail_at_admission() -> None:
     items = [*_arrays(4), ("bad/key", np.zeros(4))]
-    report, _ = asyncio.run(_run(spec(), IterableSource(items), RecordingSink()))
+    report, _ = await _run(spec(), IterableSource(items), RecordingSink())
     assert (report.counts.done, report.counts.failed) == (4, 1)
     assert "bad/key" in report.failures[0].key
 
 
-def test_attempts_are_numbered_from_one_in_the_table_detail_history_report_journal_and_wire(
+async def test_attempts_are_numbered_from_one_in_the_table_detail_history_report_journal_and_wire(
         tmp_path: Path) -> None:
     import sqlite3
 
@@ -109,7 +108,7 @@ def test_attempts_are_numbered_from_one_in_the_table_detail_history_report_journ
     from warpdeck.engine.journal import JOURNAL_NAME
 
     s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 2})
-    report, eng = asyncio.run(_run_in(s, tmp_path, IterableSource(_arrays(4, {2}))))
+    report, eng = await _run_in(s, tmp_path, IterableSource(_arrays(4, {2})))
     snap = eng.snapshot()
     assert snap.tasks.attempt.tolist() == [1, 1, 2, 1]  # the first attempt is 1; k0002 failed twice
     d = eng.task_detail("k0002")

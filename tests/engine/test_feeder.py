@@ -49,136 +49,109 @@ def test_constructor_rejects_watermarks_out_of_order(low: int, high: int) -> Non
 
 
 # -- watermarks -------------------------------------------------------------------------------------
-def test_first_step_fills_the_ready_queue_to_the_high_watermark() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        assert await feeder.step() == HIGH
-        assert len(feeder.ready) == HIGH
-        assert len(feeder.table) == HIGH
-        assert feeder.table.keys[:3] == ["item-00000000", "item-00000001", "item-00000002"]
-        assert feeder.state is FeederState.FULL
-        assert not feeder.exhausted
-
-    asyncio.run(scenario())
+async def test_first_step_fills_the_ready_queue_to_the_high_watermark() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    assert await feeder.step() == HIGH
+    assert len(feeder.ready) == HIGH
+    assert len(feeder.table) == HIGH
+    assert feeder.table.keys[:3] == ["item-00000000", "item-00000001", "item-00000002"]
+    assert feeder.state is FeederState.FULL
+    assert not feeder.exhausted
 
 
-def test_no_pull_while_the_queue_is_above_the_low_watermark() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        await feeder.step()
-        take_until(feeder, LOW + BATCH)  # two batches taken, 12 left: still above low
-        assert len(feeder.ready) == 12
-        assert feeder.wanted() == 0
-        assert await feeder.step() == 0
-        assert len(feeder.table) == HIGH
-        assert feeder.pulls == 1
-
-    asyncio.run(scenario())
+async def test_no_pull_while_the_queue_is_above_the_low_watermark() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    await feeder.step()
+    take_until(feeder, LOW + BATCH)  # two batches taken, 12 left: still above low
+    assert len(feeder.ready) == 12
+    assert feeder.wanted() == 0
+    assert await feeder.step() == 0
+    assert len(feeder.table) == HIGH
+    assert feeder.pulls == 1
 
 
-def test_step_refills_to_high_once_the_queue_falls_to_low() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        await feeder.step()
-        take_until(feeder, LOW)
-        assert len(feeder.ready) == LOW
-        assert feeder.wanted() == HIGH - LOW
-        assert await feeder.step() == HIGH - LOW
-        assert len(feeder.ready) == HIGH
-        assert len(feeder.table) == HIGH + (HIGH - LOW)
-        # the refill continues where the first pull stopped
-        assert feeder.table.keys[HIGH] == f"item-{HIGH:08d}"
-
-    asyncio.run(scenario())
+async def test_step_refills_to_high_once_the_queue_falls_to_low() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    await feeder.step()
+    take_until(feeder, LOW)
+    assert len(feeder.ready) == LOW
+    assert feeder.wanted() == HIGH - LOW
+    assert await feeder.step() == HIGH - LOW
+    assert len(feeder.ready) == HIGH
+    assert len(feeder.table) == HIGH + (HIGH - LOW)
+    # the refill continues where the first pull stopped
+    assert feeder.table.keys[HIGH] == f"item-{HIGH:08d}"
 
 
-def test_backpressure_refills_only_to_the_low_watermark() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        feeder.backpressure = True
-        assert feeder.target == LOW
-        assert await feeder.step() == LOW
-        assert len(feeder.ready) == LOW
-        assert feeder.wanted() == 0
-        assert await feeder.step() == 0
-        assert len(feeder.table) == LOW
-        assert feeder.state is FeederState.BACKPRESSURE
-
-    asyncio.run(scenario())
+async def test_backpressure_refills_only_to_the_low_watermark() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    feeder.backpressure = True
+    assert feeder.target == LOW
+    assert await feeder.step() == LOW
+    assert len(feeder.ready) == LOW
+    assert feeder.wanted() == 0
+    assert await feeder.step() == 0
+    assert len(feeder.table) == LOW
+    assert feeder.state is FeederState.BACKPRESSURE
 
 
-def test_lifting_backpressure_refills_to_high_again() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        feeder.backpressure = True
-        await feeder.step()
-        feeder.backpressure = False
-        assert await feeder.step() == HIGH - LOW
-        assert len(feeder.ready) == HIGH
-
-    asyncio.run(scenario())
+async def test_lifting_backpressure_refills_to_high_again() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    feeder.backpressure = True
+    await feeder.step()
+    feeder.backpressure = False
+    assert await feeder.step() == HIGH - LOW
+    assert len(feeder.ready) == HIGH
 
 
-def test_draining_wants_nothing_and_pulls_nothing() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(100)))
-        feeder.draining = True
-        assert feeder.wanted() == 0
-        assert await feeder.step() == 0
-        assert len(feeder.table) == 0
-        assert feeder.pulls == 0
-        assert feeder.state is FeederState.DRAINING
-
-    asyncio.run(scenario())
+async def test_draining_wants_nothing_and_pulls_nothing() -> None:
+    feeder = make(IterableSource(arrays(100)))
+    feeder.draining = True
+    assert feeder.wanted() == 0
+    assert await feeder.step() == 0
+    assert len(feeder.table) == 0
+    assert feeder.pulls == 0
+    assert feeder.state is FeederState.DRAINING
 
 
-def test_source_running_dry_sets_exhausted_and_admits_the_remainder() -> None:
-    async def scenario() -> None:
-        feeder = make(SyntheticSourceImpl(SyntheticSource(kind="synthetic", count=25, shape=(3,))))
-        assert await feeder.step() == HIGH
-        assert not feeder.exhausted
-        take_until(feeder, LOW)
-        assert await feeder.step() == 5  # wanted 12, only 5 were left
-        assert feeder.exhausted
-        assert feeder.state is FeederState.EXHAUSTED
-        assert len(feeder.table) == 25
-        assert len(feeder.ready) == LOW + 5
-        assert feeder.table.keys[-1] == "syn-00000024"
-        assert feeder.wanted() == 0
-
-    asyncio.run(scenario())
+async def test_source_running_dry_sets_exhausted_and_admits_the_remainder() -> None:
+    feeder = make(SyntheticSourceImpl(SyntheticSource(kind="synthetic", count=25, shape=(3,))))
+    assert await feeder.step() == HIGH
+    assert not feeder.exhausted
+    take_until(feeder, LOW)
+    assert await feeder.step() == 5  # wanted 12, only 5 were left
+    assert feeder.exhausted
+    assert feeder.state is FeederState.EXHAUSTED
+    assert len(feeder.table) == 25
+    assert len(feeder.ready) == LOW + 5
+    assert feeder.table.keys[-1] == "syn-00000024"
+    assert feeder.wanted() == 0
 
 
-def test_source_ending_exactly_at_a_pull_is_exhausted_on_the_next_step() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(HIGH)))
-        assert await feeder.step() == HIGH
-        take_until(feeder, LOW)
-        assert await feeder.step() == 0
-        assert feeder.exhausted
-        assert len(feeder.table) == HIGH
-
-    asyncio.run(scenario())
+async def test_source_ending_exactly_at_a_pull_is_exhausted_on_the_next_step() -> None:
+    feeder = make(IterableSource(arrays(HIGH)))
+    assert await feeder.step() == HIGH
+    take_until(feeder, LOW)
+    assert await feeder.step() == 0
+    assert feeder.exhausted
+    assert len(feeder.table) == HIGH
 
 
-def test_items_with_an_error_fail_on_admit_and_skip_the_ready_queue() -> None:
-    async def scenario() -> None:
-        calls: list[int] = []
-        items = [("good-0", np.zeros(3)), ("bad/key", np.zeros(3)), ("good-1", np.zeros(3))]
-        feeder = Feeder(IterableSource(items), TaskTable(), ReadyQueue(BATCH, 1.0, clock=FakeClock()),
-                        LOW, HIGH, on_admit=lambda: calls.append(1))
-        assert await feeder.step() == 3
-        assert feeder.table.keys == ["good-0", "bad/key", "good-1"]
-        assert [row for row, _ in feeder.failed_on_admit] == [1]
-        assert "'bad/key'" in feeder.failed_on_admit[0][1]
-        assert sorted(feeder.ready.pending()) == [0, 2]
-        assert sorted(feeder.handles) == [0, 2]
-        assert calls == [1]
-
-    asyncio.run(scenario())
+async def test_items_with_an_error_fail_on_admit_and_skip_the_ready_queue() -> None:
+    calls: list[int] = []
+    items = [("good-0", np.zeros(3)), ("bad/key", np.zeros(3)), ("good-1", np.zeros(3))]
+    feeder = Feeder(IterableSource(items), TaskTable(), ReadyQueue(BATCH, 1.0, clock=FakeClock()),
+                    LOW, HIGH, on_admit=lambda: calls.append(1))
+    assert await feeder.step() == 3
+    assert feeder.table.keys == ["good-0", "bad/key", "good-1"]
+    assert [row for row, _ in feeder.failed_on_admit] == [1]
+    assert "'bad/key'" in feeder.failed_on_admit[0][1]
+    assert sorted(feeder.ready.pending()) == [0, 2]
+    assert sorted(feeder.handles) == [0, 2]
+    assert calls == [1]
 
 
-def test_infinite_source_is_never_pulled_past_the_high_watermark() -> None:
+async def test_infinite_source_is_never_pulled_past_the_high_watermark() -> None:
     produced: list[int] = []
 
     def forever() -> Iterator[np.ndarray]:
@@ -186,32 +159,26 @@ def test_infinite_source_is_never_pulled_past_the_high_watermark() -> None:
             produced.append(i)
             yield np.full(2, i, np.int32)
 
-    async def scenario() -> None:
-        feeder = make(IterableSource(forever))
+    feeder = make(IterableSource(forever))
+    await feeder.step()
+    assert len(produced) == HIGH
+    assert await feeder.step() == 0  # above low: no pull
+    assert len(produced) == HIGH
+    for _ in range(3):
+        take_until(feeder, LOW)
         await feeder.step()
-        assert len(produced) == HIGH
-        assert await feeder.step() == 0  # above low: no pull
-        assert len(produced) == HIGH
-        for _ in range(3):
-            take_until(feeder, LOW)
-            await feeder.step()
-            assert len(feeder.ready) == HIGH
-            assert len(produced) == len(feeder.table)  # nothing was generated beyond what was admitted
-        assert len(produced) == HIGH + 3 * (HIGH - LOW)
-        assert not feeder.exhausted
-
-    asyncio.run(scenario())
+        assert len(feeder.ready) == HIGH
+        assert len(produced) == len(feeder.table)  # nothing was generated beyond what was admitted
+    assert len(produced) == HIGH + 3 * (HIGH - LOW)
+    assert not feeder.exhausted
 
 
-def test_run_stops_when_the_source_is_exhausted_with_everything_admitted() -> None:
-    async def scenario() -> None:
-        feeder = make(IterableSource(arrays(6)))
-        await asyncio.wait_for(feeder.run(), timeout=30)
-        assert feeder.exhausted
-        assert len(feeder.table) == 6
-        assert (feeder.table.state[:6] == State.QUEUED).all()
-
-    asyncio.run(scenario())
+async def test_run_stops_when_the_source_is_exhausted_with_everything_admitted() -> None:
+    feeder = make(IterableSource(arrays(6)))
+    await asyncio.wait_for(feeder.run(), timeout=30)
+    assert feeder.exhausted
+    assert len(feeder.table) == 6
+    assert (feeder.table.state[:6] == State.QUEUED).all()
 
 
 def test_set_watermarks_ignores_an_inverted_pair() -> None:

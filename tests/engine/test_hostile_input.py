@@ -15,7 +15,6 @@ through the real engine. What each case is:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
@@ -126,10 +125,10 @@ async def _run(s: PipelineSpec, run_dir: Path, before: Callable[[], None] = lamb
         return await eng.wait(), eng
 
 
-def test_a_hostile_directory_fails_file_by_file_and_every_good_input_is_done(tmp_path: Path) -> None:
+async def test_a_hostile_directory_fails_file_by_file_and_every_good_input_is_done(tmp_path: Path) -> None:
     src, marker = _hostile_dir(tmp_path)
     run_dir = tmp_path / "rd"
-    report, eng = asyncio.run(_run(_spec(tmp_path, src), run_dir, (src / "b_vanished.npy").unlink))
+    report, eng = await _run(_spec(tmp_path, src), run_dir, (src / "b_vanished.npy").unlink)
 
     out = run_dir / "outputs"
     for i in range(GOOD):
@@ -151,28 +150,25 @@ def test_a_hostile_directory_fails_file_by_file_and_every_good_input_is_done(tmp
     assert report.exit_code == 1
 
     # a resume reads no good input again and keeps every bad one still listed failed, with its reason
-    again, _ = asyncio.run(_run(_spec(tmp_path, src), run_dir))
+    again, _ = await _run(_spec(tmp_path, src), run_dir)
     still = BAD.keys() - {"b_vanished"}
     assert (again.counts.done, again.counts.failed, again.counts.skipped_done) == (0, len(still), GOOD + len(USABLE))
     assert {f.key: f.reason for f in again.failures} == {k: reasons[k] for k in still}
     assert not marker.exists()
 
 
-def test_a_fixable_input_is_done_by_a_resume_with_retry_failed(tmp_path: Path) -> None:
+async def test_a_fixable_input_is_done_by_a_resume_with_retry_failed(tmp_path: Path) -> None:
     src, _ = _hostile_dir(tmp_path)
     run_dir = tmp_path / "rd"
-    asyncio.run(_run(_spec(tmp_path, src), run_dir, (src / "b_vanished.npy").unlink))
+    await _run(_spec(tmp_path, src), run_dir, (src / "b_vanished.npy").unlink)
     np.save(src / "b_vanished.npy", np.full(4, 5.0))  # the user puts the file back
-
-    async def resume() -> RunReport:
-        async with Engine(_spec(tmp_path, src), run_dir, retry_failed=True) as eng:
-            return await eng.wait()
-    report = asyncio.run(resume())
+    async with Engine(_spec(tmp_path, src), run_dir, retry_failed=True) as eng:
+        report = await eng.wait()
     assert report.counts.done == 1 and report.counts.failed == len(BAD) - 1
     np.testing.assert_array_equal(np.load(run_dir / "outputs" / "b_vanished.npy"), np.full(4, 10.0))
 
 
-def test_a_stage_error_is_still_retried_beside_an_input_error_that_is_not(tmp_path: Path) -> None:
+async def test_a_stage_error_is_still_retried_beside_an_input_error_that_is_not(tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
     for i in range(6):
@@ -180,7 +176,7 @@ def test_a_stage_error_is_still_retried_beside_an_input_error_that_is_not(tmp_pa
     np.save(src / "void.npy", np.zeros(4, "V8"))
     s = spec(["wd_stages:poison"], batch_size=4, retry={"max_attempts": 3},
              source={"kind": "npy_dir", "path": str(src)}, sink={"kind": "null"})
-    report, eng = asyncio.run(_run(s, tmp_path / "rd"))
+    report, eng = await _run(s, tmp_path / "rd")
     assert (report.counts.done, report.counts.failed) == (5, 2)
     poisoned, void = eng.task_detail("g2"), eng.task_detail("void")
     assert poisoned is not None and poisoned.attempt == 3 and "poisoned input" in poisoned.error
@@ -214,11 +210,11 @@ def _journal_spec(tmp: Path, fn: str, **kw: object) -> PipelineSpec:
                 sink={"kind": "npy_dir", "path": "outputs"}, **kw)
 
 
-def test_a_refused_resume_lists_the_fields_that_differ_and_how_to_start_afresh(tmp_path: Path) -> None:
-    asyncio.run(_run(_journal_spec(tmp_path, "wd_stages:double"), tmp_path))
+async def test_a_refused_resume_lists_the_fields_that_differ_and_how_to_start_afresh(tmp_path: Path) -> None:
+    await _run(_journal_spec(tmp_path, "wd_stages:double"), tmp_path)
     other = _journal_spec(tmp_path, "wd_stages:add_one", batch_size=2, nonfinite="fail")  # batch size: tuning
     with pytest.raises(SpecMismatch) as info:
-        asyncio.run(_run(other, tmp_path))
+        await _run(other, tmp_path)
     msg = str(info.value)
     assert ("the specs differ in:\n  nonfinite: flag → fail\n"
             "  stages[0].fn: wd_stages:double → wd_stages:add_one\n") in msg
@@ -226,12 +222,12 @@ def test_a_refused_resume_lists_the_fields_that_differ_and_how_to_start_afresh(t
     assert f"pass another --run-dir, or remove {tmp_path}" in msg
 
 
-def test_a_journal_older_than_the_stored_spec_says_so(tmp_path: Path) -> None:
-    asyncio.run(_run(_journal_spec(tmp_path, "wd_stages:double"), tmp_path))
+async def test_a_journal_older_than_the_stored_spec_says_so(tmp_path: Path) -> None:
+    await _run(_journal_spec(tmp_path, "wd_stages:double"), tmp_path)
     with sqlite3.connect(tmp_path / "journal.sqlite") as c:
         c.execute("DELETE FROM meta WHERE name = 'spec'")  # as a journal written before it was stored
     with pytest.raises(SpecMismatch) as info:
-        asyncio.run(_run(_journal_spec(tmp_path, "wd_stages:add_one"), tmp_path))
+        await _run(_journal_spec(tmp_path, "wd_stages:add_one"), tmp_path)
     msg = str(info.value)
     assert "made by spec 'conv2d' (identity" in msg and "(this journal predates field-level comparison)" in msg
     assert "pass another --run-dir" in msg

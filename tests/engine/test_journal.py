@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 from pathlib import Path
@@ -43,9 +42,9 @@ def _states(run_dir: Path) -> dict[str, tuple[int, int]]:
         return {k: (s, a) for k, s, a in c.execute("SELECT key, state, attempts FROM tasks")}
 
 
-def test_a_run_journals_every_task_done_with_the_spec_identity_in_wal_mode(tmp_path: Path) -> None:
+async def test_a_run_journals_every_task_done_with_the_spec_identity_in_wal_mode(tmp_path: Path) -> None:
     s = _npy_spec(tmp_path)
-    report, _ = asyncio.run(_run(s, tmp_path))
+    report, _ = await _run(s, tmp_path)
     assert report.counts.done == N and report.resume is not None and not report.resume.resumed
     assert _states(tmp_path) == {f"syn-{i:08d}": (int(State.DONE), 1) for i in range(N)}
     with _db(tmp_path) as c:
@@ -57,21 +56,21 @@ def test_a_run_journals_every_task_done_with_the_spec_identity_in_wal_mode(tmp_p
     assert len(batches) == N // 8  # the lease (batch id) of each task's last attempt is kept
 
 
-def test_running_the_same_spec_again_skips_every_done_task_without_reading_or_writing(tmp_path: Path) -> None:
+async def test_running_the_same_spec_again_skips_every_done_task_without_reading_or_writing(tmp_path: Path) -> None:
     s = spec(batch_size=8)
     src1, sink1 = SleepySource(40), RecordingSink()
-    asyncio.run(_run(s, tmp_path, source=src1, sink=sink1))
+    await _run(s, tmp_path, source=src1, sink=sink1)
     src2, sink2 = SleepySource(40), RecordingSink()
-    report, _ = asyncio.run(_run(s, tmp_path, source=src2, sink=sink2))
+    report, _ = await _run(s, tmp_path, source=src2, sink=sink2)
     assert src2.loads == 0 and sink2.writes == {}
     assert report.counts.total == 0 and report.counts.skipped_done == 40
     assert report.resume is not None and report.resume.resumed and report.exit_code == 0
 
 
-def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_place_are_kept(
+async def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_place_are_kept(
         tmp_path: Path) -> None:
     s = _npy_spec(tmp_path)
-    asyncio.run(_run(s, tmp_path))
+    await _run(s, tmp_path)
     out = tmp_path / "outputs"
     before = {p.name: p.stat().st_ino for p in out.iterdir()}
     # What a kill leaves: tasks journaled running, some with their output renamed into place
@@ -81,7 +80,7 @@ def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_pl
         c.executemany("UPDATE tasks SET state=1, attempts=1 WHERE key=?", [(k,) for k in lost + renamed])
     for k in lost:
         (out / f"{k}.npy").unlink()
-    report, eng = asyncio.run(_run(s, tmp_path))
+    report, eng = await _run(s, tmp_path)
     assert report.exit_code == 0
     assert (report.counts.total, report.counts.done, report.counts.skipped_done) == (2, 2, N - 2)
     assert report.resume is not None
@@ -98,26 +97,26 @@ def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_pl
     assert hist == [(1, "requeued")]
 
 
-def test_a_run_directory_made_by_another_spec_is_refused_naming_both(tmp_path: Path) -> None:
-    asyncio.run(_run(_npy_spec(tmp_path, name="first"), tmp_path))
+async def test_a_run_directory_made_by_another_spec_is_refused_naming_both(tmp_path: Path) -> None:
+    await _run(_npy_spec(tmp_path, name="first"), tmp_path)
     with pytest.raises(SpecMismatch) as info:
-        asyncio.run(_run(_npy_spec(tmp_path, name="second"), tmp_path))
+        await _run(_npy_spec(tmp_path, name="second"), tmp_path)
     msg = str(info.value)
     assert str(tmp_path) in msg and "'first'" in msg and "'second'" in msg
     # the same name with other content is refused too; tuning fields are not part of the identity
     with pytest.raises(SpecMismatch):
-        asyncio.run(_run(_npy_spec(tmp_path, name="first", source={"kind": "synthetic", "count": N + 1,
-                                                                    "shape": [4], "dtype": "float64"}), tmp_path))
-    report, _ = asyncio.run(_run(_npy_spec(tmp_path, name="first", batch_size=4, lanes=2), tmp_path))
+        await _run(_npy_spec(tmp_path, name="first", source={"kind": "synthetic", "count": N + 1,
+                                                              "shape": [4], "dtype": "float64"}), tmp_path)
+    report, _ = await _run(_npy_spec(tmp_path, name="first", batch_size=4, lanes=2), tmp_path)
     assert report.counts.skipped_done == N
 
 
-def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path) -> None:
+async def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path) -> None:
     s = _npy_spec(tmp_path)
-    asyncio.run(_run(s, tmp_path))
+    await _run(s, tmp_path)
     stale = tmp_path / "outputs" / f".syn-00000001.npy.4242{TMP_SUFFIX}"
     stale.write_bytes(b"half a file")
-    report, _ = asyncio.run(_run(s, tmp_path))
+    report, _ = await _run(s, tmp_path)
     assert not stale.exists()
     assert report.resume is not None and report.resume.temps_cleaned == 1
 
@@ -126,21 +125,21 @@ def _poisoned(n: int, bad: set[int]) -> list[tuple[str, np.ndarray]]:
     return [(f"k{i:03d}", np.full(4, POISON if i in bad else float(i))) for i in range(n)]
 
 
-def test_failed_tasks_stay_failed_on_resume_unless_retry_failed_is_asked(tmp_path: Path) -> None:
+async def test_failed_tasks_stay_failed_on_resume_unless_retry_failed_is_asked(tmp_path: Path) -> None:
     s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 1})
-    first, _ = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(8, {2})), sink=RecordingSink()))
+    first, _ = await _run(s, tmp_path, source=IterableSource(_poisoned(8, {2})), sink=RecordingSink())
     assert first.counts.failed == 1
     # resumed without the flag: still failed with its reason and attempt, and not run again
     sink = RecordingSink()
-    again, eng = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(8, set())), sink=sink))
+    again, eng = await _run(s, tmp_path, source=IterableSource(_poisoned(8, set())), sink=sink)
     assert (again.counts.total, again.counts.failed, again.exit_code) == (1, 1, 1)
     assert "poisoned input" in again.failures[0].reason and sink.writes == {}
     d = eng.task_detail("k002")
     assert d is not None and d.attempt == 1 and "in poison" in d.traceback
     # asked to retry (the input was fixed meanwhile): a new attempt, the failure kept in history
     sink = RecordingSink()
-    fixed, eng = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(8, set())), sink=sink,
-                                  retry_failed=True))
+    fixed, eng = await _run(s, tmp_path, source=IterableSource(_poisoned(8, set())), sink=sink,
+                            retry_failed=True)
     assert (fixed.counts.done, fixed.exit_code) == (1, 0) and set(sink.writes) == {"k002"}
     assert fixed.resume is not None and fixed.resume.retried_failed == 1
     d = eng.task_detail("k002")
@@ -148,19 +147,16 @@ def test_failed_tasks_stay_failed_on_resume_unless_retry_failed_is_asked(tmp_pat
     assert "poisoned input" in d.history[0].reason
 
 
-def test_a_second_engine_on_a_busy_run_directory_is_refused(tmp_path: Path) -> None:
-    async def both() -> None:
-        s = spec(batch_size=8)
-        async with Engine(s, tmp_path, source=SleepySource(40, fill_s=0.01), sink=RecordingSink()) as a:
-            with pytest.raises(RunDirBusy):
-                async with Engine(s, tmp_path, source=SleepySource(40), sink=RecordingSink()):
-                    pass
-            await a.wait()
-
-    asyncio.run(both())
+async def test_a_second_engine_on_a_busy_run_directory_is_refused(tmp_path: Path) -> None:
+    s = spec(batch_size=8)
+    async with Engine(s, tmp_path, source=SleepySource(40, fill_s=0.01), sink=RecordingSink()) as a:
+        with pytest.raises(RunDirBusy):
+            async with Engine(s, tmp_path, source=SleepySource(40), sink=RecordingSink()):
+                pass
+        await a.wait()
 
 
-def test_a_done_row_always_has_its_output_in_place_during_a_run(tmp_path: Path) -> None:
+async def test_a_done_row_always_has_its_output_in_place_during_a_run(tmp_path: Path) -> None:
     s = _npy_spec(tmp_path, source={"kind": "synthetic", "count": 400, "shape": [4], "dtype": "float64"},
                   stages=["wd_stages:sleep_2ms"], batch_size=4)
     seen: list[int] = []
@@ -194,7 +190,7 @@ def test_a_done_row_always_has_its_output_in_place_during_a_run(tmp_path: Path) 
     t = threading.Thread(target=guarded)
     t.start()
     try:
-        report, _ = asyncio.run(_run(s, tmp_path))
+        report, _ = await _run(s, tmp_path)
     finally:
         stop.set()
         t.join()
@@ -203,11 +199,11 @@ def test_a_done_row_always_has_its_output_in_place_during_a_run(tmp_path: Path) 
     assert any(0 < n < 400 for n in seen), "the watcher never saw the run in progress"
 
 
-def test_without_a_run_directory_nothing_is_journaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_a_run_directory_nothing_is_journaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    report = asyncio.run(_run_no_dir())
+    report = await _run_no_dir()
     assert report.resume is None
-    assert not list(tmp_path.rglob(JOURNAL_NAME))
+    assert not list(tmp_path.rglob(JOURNAL_NAME))  # noqa: ASYNC240 - the run is over: nothing else uses the loop
 
 
 async def _run_no_dir() -> RunReport:
@@ -215,16 +211,16 @@ async def _run_no_dir() -> RunReport:
         return await eng.wait()
 
 
-def test_a_schema_1_journal_numbered_from_0_is_renumbered_from_1_once_when_opened(tmp_path: Path) -> None:
+async def test_a_schema_1_journal_numbered_from_0_is_renumbered_from_1_once_when_opened(tmp_path: Path) -> None:
     s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 3})
-    asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink()))
+    await _run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink())
     with _db(tmp_path) as c:  # the same run as schema 1 journaled it: attempts from 0
         c.execute("UPDATE tasks SET attempts = attempts - 1")
         c.execute("UPDATE history SET attempt = -(attempt - 1)")
         c.execute("UPDATE history SET attempt = -attempt")
         c.execute("UPDATE meta SET value = '1' WHERE name = 'schema'")
     for _ in range(2):  # renumbered once: a second open changes nothing
-        _, eng = asyncio.run(_run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink()))
+        _, eng = await _run(s, tmp_path, source=IterableSource(_poisoned(4, {2})), sink=RecordingSink())
         d = eng.task_detail("k002")
         assert d is not None and d.state == "failed" and d.attempt == 3
         assert [h.attempt for h in d.history] == [1, 2]

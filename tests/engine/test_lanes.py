@@ -31,12 +31,12 @@ def _interval(r: BatchRecord, p: Phase) -> tuple[float, float]:
     return r.phases[p - 1]
 
 
-def test_consecutive_batches_overlap_their_phases() -> None:
+async def test_consecutive_batches_overlap_their_phases() -> None:
     # fill and compute both take 10 ms per batch: with double buffering, fill of batch n+1 runs
     # while batch n computes.
     s = spec(["wd_stages:sleep_10ms"], batch_size=4, feeder={"auto_depth": False})
     source = SleepySource(48, fill_s=0.010)
-    report, records = asyncio.run(_run(s, source, RecordingSink()))
+    report, records = await _run(s, source, RecordingSink())
     assert report.counts.done == 48
     records.sort(key=lambda r: r.batch)
     overlaps = 0
@@ -49,12 +49,12 @@ def test_consecutive_batches_overlap_their_phases() -> None:
 
 
 @pytest.mark.parametrize("depth", [2, 3])
-def test_slot_buffers_are_not_reused_before_their_reader_is_done(depth: int) -> None:
+async def test_slot_buffers_are_not_reused_before_their_reader_is_done(depth: int) -> None:
     # Jittery fill, slow sink: every buffer-reuse edge gets exercised.
     s = spec(["wd_stages:sleep_2ms"], batch_size=3, slot_depth=depth, feeder={"auto_depth": False, "max_depth": 8})
     source = SleepySource(90, fill_s=0.0, jitter=[0.0, 0.004, 0.0, 0.0, 0.008])
     sink = RecordingSink(sleep_s=0.002)
-    report, records = asyncio.run(_run(s, source, sink))
+    report, records = await _run(s, source, sink)
     assert report.counts.done == 90
     by_slot: dict[tuple[int, int], list[BatchRecord]] = {}
     for r in sorted(records, key=lambda r: r.batch):
@@ -73,35 +73,35 @@ def test_slot_buffers_are_not_reused_before_their_reader_is_done(depth: int) -> 
         assert np.all(out == float(int(key[1:])))
 
 
-def test_outputs_match_inputs_under_reuse() -> None:
+async def test_outputs_match_inputs_under_reuse() -> None:
     s = spec(["wd_stages:double", "wd_stages:add_one"], batch_size=5, feeder={"auto_depth": False})
     sink = RecordingSink(sleep_s=0.001)
-    report, _ = asyncio.run(_run(s, SleepySource(103, jitter=[0.0, 0.003]), sink))
+    report, _ = await _run(s, SleepySource(103, jitter=[0.0, 0.003]), sink)
     assert report.counts.done == 103
     assert sorted(sink.writes.values()) == [1] * 103
     for key, out in sink.out.items():
         assert np.all(out == 2 * float(int(key[1:])) + 1)
 
 
-def test_partial_last_batch_is_processed() -> None:
+async def test_partial_last_batch_is_processed() -> None:
     s = spec(["wd_stages:double"], batch_size=16)
     sink = RecordingSink()
-    report, records = asyncio.run(_run(s, SleepySource(37), sink))
+    report, records = await _run(s, SleepySource(37), sink)
     assert report.counts.done == 37
     assert sorted(r.tasks for r in records)[0] == 37 % 16
 
 
-def test_auto_depth_grows_the_ring_when_jitter_idles_the_bottleneck() -> None:
+async def test_auto_depth_grows_the_ring_when_jitter_idles_the_bottleneck() -> None:
     s = spec(["wd_stages:sleep_2ms"], batch_size=2, feeder={"auto_depth": True, "max_depth": 6})
     source = SleepySource(400, fill_s=0.0, jitter=[0.0, 0.0, 0.0, 0.012])
-    report, _ = asyncio.run(_run(s, source, RecordingSink()))
+    report, _ = await _run(s, source, RecordingSink())
     assert report.counts.done == 400
     assert report.slot_depth[0] > 2
 
 
-def test_fixed_depth_stays_put_without_auto() -> None:
+async def test_fixed_depth_stays_put_without_auto() -> None:
     s = spec(["wd_stages:sleep_2ms"], batch_size=2, feeder={"auto_depth": False})
-    report, _ = asyncio.run(_run(s, SleepySource(100, jitter=[0.0, 0.0, 0.0, 0.012]), RecordingSink()))
+    report, _ = await _run(s, SleepySource(100, jitter=[0.0, 0.0, 0.0, 0.012]), RecordingSink())
     assert report.slot_depth == [2]
 
 
@@ -147,10 +147,8 @@ def test_a_process_exits_even_with_a_stream_job_waiting_for_ever(tmp_path: Path)
         "streams = StreamSet(0)\n"
         "streams.submit(Phase.D2H, lambda: None, [pending_marker(Phase.SINK)])\n"
         "print('leaving', flush=True)\n")
-    t0 = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=False)
     except subprocess.TimeoutExpired:
         raise AssertionError("the process hung at exit") from None
     assert "leaving" in proc.stdout, proc.stderr
-    assert time.monotonic() - t0 < 30

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -33,84 +33,69 @@ def small_spec() -> PipelineSpec:
     })
 
 
-def with_engine(tmp_path: Path, body: Callable[[Engine], Awaitable[None]]) -> None:
-    """Run ``body`` with a fresh engine; an Engine must be built inside a running loop."""
-
-    async def scenario() -> None:
-        eng = Engine(small_spec(), tmp_path)
-        try:
-            await body(eng)
-        finally:
-            eng.backend.close()
-
-    asyncio.run(scenario())
+@pytest.fixture
+async def eng(tmp_path: Path) -> AsyncIterator[Engine]:
+    """A fresh engine, never started; an Engine must be built inside a running loop."""
+    engine = Engine(small_spec(), tmp_path)
+    try:
+        yield engine
+    finally:
+        engine.backend.close()
 
 
 # -- snapshots ------------------------------------------------------------------------------------
-def test_snapshot_dataclass_is_frozen(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        snap = eng.snapshot()
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            snap.status = "finished"  # type: ignore[misc]
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            snap.counts.done = 5  # type: ignore[misc]
-        assert snap.status == "starting"
-        assert snap.pipeline == "snap-test"
-
-    with_engine(tmp_path, body)
+async def test_snapshot_dataclass_is_frozen(eng: Engine) -> None:
+    snap = eng.snapshot()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.status = "finished"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.counts.done = 5  # type: ignore[misc]
+    assert snap.status == "starting"
+    assert snap.pipeline == "snap-test"
 
 
-def test_snapshot_task_arrays_are_read_only(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        await eng.feeder.step()
-        snap = eng.snapshot()
-        assert len(snap.tasks) == COUNT
-        for name in ("state", "phase", "stall", "attempt"):
-            arr = getattr(snap.tasks, name)
-            with pytest.raises(ValueError, match="read-only"):
-                arr[0] = 1
-        assert snap.tasks.state.tolist() == [State.QUEUED] * COUNT
-
-    with_engine(tmp_path, body)
+async def test_snapshot_task_arrays_are_read_only(eng: Engine) -> None:
+    await eng.feeder.step()
+    snap = eng.snapshot()
+    assert len(snap.tasks) == COUNT
+    for name in ("state", "phase", "stall", "attempt"):
+        arr = getattr(snap.tasks, name)
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 1
+    assert snap.tasks.state.tolist() == [State.QUEUED] * COUNT
 
 
-def test_later_table_changes_do_not_reach_an_earlier_snapshot(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        await eng.feeder.step()
-        before = eng.snapshot()
-        rows = np.arange(4, dtype=np.int64)
-        eng.table.start(rows, batch_id=0)
-        eng.table.advance(rows, Phase.H2D)
-        eng.table.fail(np.array([9]), "fill: boom")
-        after = eng.snapshot()
+async def test_later_table_changes_do_not_reach_an_earlier_snapshot(eng: Engine) -> None:
+    await eng.feeder.step()
+    before = eng.snapshot()
+    rows = np.arange(4, dtype=np.int64)
+    eng.table.start(rows, batch_id=0)
+    eng.table.advance(rows, Phase.H2D)
+    eng.table.fail(np.array([9]), "fill: boom")
+    after = eng.snapshot()
 
-        # the earlier snapshot still shows ten queued tasks
-        assert before.tasks.state.tolist() == [State.QUEUED] * COUNT
-        assert before.tasks.phase.tolist() == [Phase.NONE] * COUNT
-        assert (before.counts.queued, before.counts.failed, before.counts.running_total) == (COUNT, 0, 0)
-        assert before.counts.running["h2d"] == 0
-        # the later one shows the change, so the change really happened
-        assert after.tasks.state.tolist() == [State.RUNNING] * 4 + [State.QUEUED] * 5 + [State.FAILED]
-        assert (after.counts.queued, after.counts.failed, after.counts.running["h2d"]) == (5, 1, 4)
-        assert after.seq == before.seq + 1
-
-    with_engine(tmp_path, body)
+    # the earlier snapshot still shows ten queued tasks
+    assert before.tasks.state.tolist() == [State.QUEUED] * COUNT
+    assert before.tasks.phase.tolist() == [Phase.NONE] * COUNT
+    assert (before.counts.queued, before.counts.failed, before.counts.running_total) == (COUNT, 0, 0)
+    assert before.counts.running["h2d"] == 0
+    # the later one shows the change, so the change really happened
+    assert after.tasks.state.tolist() == [State.RUNNING] * 4 + [State.QUEUED] * 5 + [State.FAILED]
+    assert (after.counts.queued, after.counts.failed, after.counts.running["h2d"]) == (5, 1, 4)
+    assert after.seq == before.seq + 1
 
 
-def test_snapshot_counts_agree_with_its_task_view(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        await eng.feeder.step()
-        eng.table.start(np.arange(3, dtype=np.int64), 0)
-        eng.table.cancel(np.array([5]))
-        snap = eng.snapshot()
-        assert snap.counts.total == len(snap.tasks) == COUNT
-        assert snap.counts.expected == COUNT
-        assert snap.counts.queued == len(snap.tasks.rows(State.QUEUED)) == 6
-        assert snap.counts.running["fill"] == len(snap.tasks.rows(State.RUNNING, Phase.FILL)) == 3
-        assert snap.counts.cancelled == 1
-        assert snap.counts.finished == 1
-
-    with_engine(tmp_path, body)
+async def test_snapshot_counts_agree_with_its_task_view(eng: Engine) -> None:
+    await eng.feeder.step()
+    eng.table.start(np.arange(3, dtype=np.int64), 0)
+    eng.table.cancel(np.array([5]))
+    snap = eng.snapshot()
+    assert snap.counts.total == len(snap.tasks) == COUNT
+    assert snap.counts.expected == COUNT
+    assert snap.counts.queued == len(snap.tasks.rows(State.QUEUED)) == 6
+    assert snap.counts.running["fill"] == len(snap.tasks.rows(State.RUNNING, Phase.FILL)) == 3
+    assert snap.counts.cancelled == 1
+    assert snap.counts.finished == 1
 
 
 # -- publisher --------------------------------------------------------------------------------------
@@ -120,101 +105,83 @@ def three_snapshots(eng: Engine) -> list[EngineSnapshot]:
     return snaps
 
 
-def test_reader_starting_late_gets_the_newest_snapshot_first(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        for s in three_snapshots(eng):
-            pub.publish(s)
-        stream = pub.stream()
-        first = await anext(stream)
-        assert first.seq == 3
-        assert pub.latest is first
-        await stream.aclose()
-
-    with_engine(tmp_path, body)
+async def test_reader_starting_late_gets_the_newest_snapshot_first(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    for s in three_snapshots(eng):
+        pub.publish(s)
+    stream = pub.stream()
+    first = await anext(stream)
+    assert first.seq == 3
+    assert pub.latest is first
+    await stream.aclose()
 
 
-def test_slow_reader_skips_to_the_newest_snapshot(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        s1, s2, s3 = three_snapshots(eng)
-        pub.publish(s1)
-        stream = pub.stream()
-        assert (await anext(stream)).seq == 1
-        pub.publish(s2)  # the reader is busy elsewhere while 2 and 3 arrive
-        pub.publish(s3)
-        assert (await anext(stream)).seq == 3
-        await stream.aclose()
-
-    with_engine(tmp_path, body)
+async def test_slow_reader_skips_to_the_newest_snapshot(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    s1, s2, s3 = three_snapshots(eng)
+    pub.publish(s1)
+    stream = pub.stream()
+    assert (await anext(stream)).seq == 1
+    pub.publish(s2)  # the reader is busy elsewhere while 2 and 3 arrive
+    pub.publish(s3)
+    assert (await anext(stream)).seq == 3
+    await stream.aclose()
 
 
-def test_waiting_reader_is_woken_by_publish(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        s1, s2, _ = three_snapshots(eng)
-        pub.publish(s1)
-        stream = pub.stream()
-        await anext(stream)
-        waiting = asyncio.create_task(anext(stream))
-        await asyncio.sleep(0)  # let the reader block on the publisher
-        assert not waiting.done()
-        pub.publish(s2)
-        got = await waiting
-        assert got is s2
-        await stream.aclose()
-
-    with_engine(tmp_path, body)
+async def test_waiting_reader_is_woken_by_publish(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    s1, s2, _ = three_snapshots(eng)
+    pub.publish(s1)
+    stream = pub.stream()
+    await anext(stream)
+    waiting = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0)  # let the reader block on the publisher
+    assert not waiting.done()
+    pub.publish(s2)
+    got = await waiting
+    assert got is s2
+    await stream.aclose()
 
 
-def test_close_ends_the_stream_after_the_last_unseen_snapshot(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        s1, s2, _ = three_snapshots(eng)
-        pub.publish(s1)
-        pub.publish(s2)
-        pub.close()
-        got = [s.seq async for s in pub.stream()]
-        assert got == [2]
-
-    with_engine(tmp_path, body)
+async def test_close_ends_the_stream_after_the_last_unseen_snapshot(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    s1, s2, _ = three_snapshots(eng)
+    pub.publish(s1)
+    pub.publish(s2)
+    pub.close()
+    got = [s.seq async for s in pub.stream()]
+    assert got == [2]
 
 
-def test_close_wakes_a_waiting_reader_and_ends_its_stream(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        pub.publish(eng.snapshot())
-        seen: list[int] = []
+async def test_close_wakes_a_waiting_reader_and_ends_its_stream(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    pub.publish(eng.snapshot())
+    seen: list[int] = []
 
-        async def read() -> None:
-            async for s in pub.stream():
-                seen.append(s.seq)
+    async def read() -> None:
+        async for s in pub.stream():
+            seen.append(s.seq)
 
-        reader = asyncio.create_task(read())
-        await asyncio.sleep(0)
-        assert not reader.done()
-        pub.close()
-        await reader
-        assert seen == [1]
-
-    with_engine(tmp_path, body)
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    pub.close()
+    await reader
+    assert seen == [1]
 
 
-def test_subscribers_get_every_snapshot_until_they_unsubscribe(tmp_path: Path) -> None:
-    async def body(eng: Engine) -> None:
-        pub = SnapshotPublisher()
-        s1, s2, s3 = three_snapshots(eng)
-        a: list[int] = []
-        b: list[int] = []
-        unsubscribe_a = pub.subscribe(lambda s: a.append(s.seq))
-        pub.subscribe(lambda s: b.append(s.seq))
-        pub.publish(s1)
-        pub.publish(s2)
-        unsubscribe_a()
-        pub.publish(s3)
-        assert a == [1, 2]
-        assert b == [1, 2, 3]
-        unsubscribe_a()  # a second call is harmless
-        assert b == [1, 2, 3]
-
-    with_engine(tmp_path, body)
+async def test_subscribers_get_every_snapshot_until_they_unsubscribe(eng: Engine) -> None:
+    pub = SnapshotPublisher()
+    s1, s2, s3 = three_snapshots(eng)
+    a: list[int] = []
+    b: list[int] = []
+    unsubscribe_a = pub.subscribe(lambda s: a.append(s.seq))
+    pub.subscribe(lambda s: b.append(s.seq))
+    pub.publish(s1)
+    pub.publish(s2)
+    unsubscribe_a()
+    pub.publish(s3)
+    assert a == [1, 2]
+    assert b == [1, 2, 3]
+    unsubscribe_a()  # a second call is harmless
+    assert b == [1, 2, 3]

@@ -58,45 +58,39 @@ def _admitted(eng: Engine) -> set[str]:
 
 
 # -- A: unknown keys ------------------------------------------------------------------------------------
-def test_cancel_of_an_unknown_key_answers_no_task_naming_it() -> None:
-    async def scenario() -> None:
-        async with Engine(_spec(), sink=RecordingSink()) as eng:
-            await _paused(eng)
-            one = await eng.command(Cancel(keys=("syn-99999999",)))
-            two = await eng.command(Cancel(keys=("nosuch", "syn-00000400")))
-            assert (one.ok, one.affected, one.message) == (False, 0, "no task 'syn-99999999'")
-            assert (two.ok, two.affected, two.message) == (False, 0, "no task 'nosuch', 'syn-00000400'")
-            await eng.command(Resume())
-            report = await eng.wait()
-        assert report.counts.cancelled == 0 and report.counts.done == 400
-    asyncio.run(scenario())
+async def test_cancel_of_an_unknown_key_answers_no_task_naming_it() -> None:
+    async with Engine(_spec(), sink=RecordingSink()) as eng:
+        await _paused(eng)
+        one = await eng.command(Cancel(keys=("syn-99999999",)))
+        two = await eng.command(Cancel(keys=("nosuch", "syn-00000400")))
+        assert (one.ok, one.affected, one.message) == (False, 0, "no task 'syn-99999999'")
+        assert (two.ok, two.affected, two.message) == (False, 0, "no task 'nosuch', 'syn-00000400'")
+        await eng.command(Resume())
+        report = await eng.wait()
+    assert report.counts.cancelled == 0 and report.counts.done == 400
 
 
-def test_cancel_of_known_and_unknown_keys_cancels_the_known_and_names_the_unknown() -> None:
-    async def scenario() -> None:
-        sink = RecordingSink()
-        async with Engine(_spec(), sink=sink) as eng:
-            await _paused(eng)
-            result = await eng.command(Cancel(keys=("syn-00000010", "nosuch")))
-            assert not result.ok and result.affected == 1
-            assert result.message == "cancelled 1 queued; no task 'nosuch'"
-            await eng.command(Resume())
-            report = await eng.wait()
-        assert (report.counts.cancelled, report.counts.done) == (1, 399) and "syn-00000010" not in sink.out
-    asyncio.run(scenario())
+async def test_cancel_of_known_and_unknown_keys_cancels_the_known_and_names_the_unknown() -> None:
+    sink = RecordingSink()
+    async with Engine(_spec(), sink=sink) as eng:
+        await _paused(eng)
+        result = await eng.command(Cancel(keys=("syn-00000010", "nosuch")))
+        assert not result.ok and result.affected == 1
+        assert result.message == "cancelled 1 queued; no task 'nosuch'"
+        await eng.command(Resume())
+        report = await eng.wait()
+    assert (report.counts.cancelled, report.counts.done) == (1, 399) and "syn-00000010" not in sink.out
 
 
-def test_retry_of_an_unknown_key_answers_no_task_and_of_a_task_that_did_not_fail_says_so() -> None:
-    async def scenario() -> None:
-        async with Engine(_spec(count=40), sink=RecordingSink()) as eng:
-            await eng.wait()
-            unknown = await eng.command(RetryFailed(keys=("nosuch",)))
-            done = await eng.command(RetryFailed(keys=("syn-00000003",)))
-            mixed = await eng.command(RetryFailed(keys=("syn-00000003", "nosuch", "other")))
-        assert (unknown.ok, unknown.affected, unknown.message) == (False, 0, "no task 'nosuch'")
-        assert (done.ok, done.affected, done.message) == (False, 0, "syn-00000003: done, not failed")
-        assert mixed.message == "syn-00000003: done, not failed; no task 'nosuch', 'other'"
-    asyncio.run(scenario())
+async def test_retry_of_an_unknown_key_answers_no_task_and_of_a_task_that_did_not_fail_says_so() -> None:
+    async with Engine(_spec(count=40), sink=RecordingSink()) as eng:
+        await eng.wait()
+        unknown = await eng.command(RetryFailed(keys=("nosuch",)))
+        done = await eng.command(RetryFailed(keys=("syn-00000003",)))
+        mixed = await eng.command(RetryFailed(keys=("syn-00000003", "nosuch", "other")))
+    assert (unknown.ok, unknown.affected, unknown.message) == (False, 0, "no task 'nosuch'")
+    assert (done.ok, done.affected, done.message) == (False, 0, "syn-00000003: done, not failed")
+    assert mixed.message == "syn-00000003: done, not failed; no task 'nosuch', 'other'"
 
 
 def _items(n: int) -> Iterator[tuple[str, np.ndarray]]:
@@ -104,49 +98,45 @@ def _items(n: int) -> Iterator[tuple[str, np.ndarray]]:
         yield f"k{i:04d}", np.full(4, float(i))
 
 
-def test_an_iterable_source_cannot_say_so_a_key_outside_the_table_waits_while_it_is_not_exhausted() -> None:
-    async def scenario() -> None:
-        sink = RecordingSink()
-        s = _spec()
-        async with Engine(s, source=IterableSource(lambda: _items(400)), sink=sink) as eng:
-            await _paused(eng)
-            assert "k0300" not in _admitted(eng)
-            result = await eng.command(Cancel(keys=("k0300",)))
-            assert result.ok and result.affected == 1
-            assert result.message == ("k0300: not admitted yet, and the source cannot say whether it will yield it;"
-                                      " cancelled if it does")
-            await eng.command(Resume())
-            report = await eng.wait()
-            # exhausted now: a key the source never yielded is unknown, and nothing waits for it
-            after = await eng.command(Cancel(keys=("k0400",)))
-            assert (after.ok, after.message) == (False, "no task 'k0400'")
-        assert (report.counts.cancelled, report.counts.done) == (1, 399) and "k0300" not in sink.out
-        detail = eng.task_detail("k0300")
-        assert detail is not None and detail.state == "cancelled"
-    asyncio.run(scenario())
+async def test_an_iterable_source_cannot_say_so_a_key_outside_the_table_waits_while_it_is_not_exhausted() -> None:
+    sink = RecordingSink()
+    s = _spec()
+    async with Engine(s, source=IterableSource(lambda: _items(400)), sink=sink) as eng:
+        await _paused(eng)
+        assert "k0300" not in _admitted(eng)
+        result = await eng.command(Cancel(keys=("k0300",)))
+        assert result.ok and result.affected == 1
+        assert result.message == ("k0300: not admitted yet, and the source cannot say whether it will yield it;"
+                                  " cancelled if it does")
+        await eng.command(Resume())
+        report = await eng.wait()
+        # exhausted now: a key the source never yielded is unknown, and nothing waits for it
+        after = await eng.command(Cancel(keys=("k0400",)))
+        assert (after.ok, after.message) == (False, "no task 'k0400'")
+    assert (report.counts.cancelled, report.counts.done) == (1, 399) and "k0300" not in sink.out
+    detail = eng.task_detail("k0300")
+    assert detail is not None and detail.state == "cancelled"
 
 
 # -- B: cancelling a task not admitted yet ---------------------------------------------------------
-def test_a_task_not_admitted_yet_is_cancelled_when_the_feeder_admits_it_and_never_runs() -> None:
-    async def scenario() -> None:
-        sink = RecordingSink()
-        async with Engine(_spec(), sink=sink) as eng:
-            await _paused(eng)
-            assert "syn-00000150" not in _admitted(eng)
-            result = await eng.command(Cancel(keys=("syn-00000150",)))
-            assert (result.ok, result.affected) == (True, 1)
-            assert result.message == "syn-00000150: not admitted yet; cancelled when it is"
-            waiting = eng.task_detail("syn-00000150")
-            assert waiting is not None and (waiting.state, waiting.admitted) == ("queued", False)
-            assert "cancelled when it is admitted" in waiting.note
-            await eng.command(Resume())
-            report = await eng.wait()
-        assert (report.counts.cancelled, report.counts.done) == (1, 399)
-        assert "syn-00000150" not in sink.out
-        detail = eng.task_detail("syn-00000150")
-        assert detail is not None and detail.state == "cancelled" and detail.admitted
-        assert detail.error == "cancelled by operator before admission"
-    asyncio.run(scenario())
+async def test_a_task_not_admitted_yet_is_cancelled_when_the_feeder_admits_it_and_never_runs() -> None:
+    sink = RecordingSink()
+    async with Engine(_spec(), sink=sink) as eng:
+        await _paused(eng)
+        assert "syn-00000150" not in _admitted(eng)
+        result = await eng.command(Cancel(keys=("syn-00000150",)))
+        assert (result.ok, result.affected) == (True, 1)
+        assert result.message == "syn-00000150: not admitted yet; cancelled when it is"
+        waiting = eng.task_detail("syn-00000150")
+        assert waiting is not None and (waiting.state, waiting.admitted) == ("queued", False)
+        assert "cancelled when it is admitted" in waiting.note
+        await eng.command(Resume())
+        report = await eng.wait()
+    assert (report.counts.cancelled, report.counts.done) == (1, 399)
+    assert "syn-00000150" not in sink.out
+    detail = eng.task_detail("syn-00000150")
+    assert detail is not None and detail.state == "cancelled" and detail.admitted
+    assert detail.error == "cancelled by operator before admission"
 
 
 def _journal_rows(run_dir: Path, sql: str) -> list[tuple[object, ...]]:
@@ -154,28 +144,20 @@ def _journal_rows(run_dir: Path, sql: str) -> list[tuple[object, ...]]:
         return c.execute(sql).fetchall()
 
 
-def test_a_pending_cancel_is_journaled_and_a_resume_after_a_crash_applies_it(tmp_path: Path) -> None:
+async def test_a_pending_cancel_is_journaled_and_a_resume_after_a_crash_applies_it(tmp_path: Path) -> None:
     s = _spec()
-
-    async def crash() -> None:
-        async with Engine(s, tmp_path, sink=RecordingSink()) as eng:
-            await _paused(eng)
-            result = await eng.command(Cancel(keys=("syn-00000300",)))
-            assert result.ok and "not admitted yet" in result.message
-            assert eng.journal is not None
-            assert await asyncio.to_thread(eng.journal.flush, 10)
-            eng.journal.abandon()  # killed here: nothing more reaches the journal
-
-    async def resume() -> tuple[Engine, RecordingSink]:
-        sink = RecordingSink()
-        async with Engine(s, tmp_path, sink=sink) as eng:
-            await eng.wait()
-        return eng, sink
-
-    asyncio.run(crash())
+    async with Engine(s, tmp_path, sink=RecordingSink()) as crashed:
+        await _paused(crashed)
+        result = await crashed.command(Cancel(keys=("syn-00000300",)))
+        assert result.ok and "not admitted yet" in result.message
+        assert crashed.journal is not None
+        assert await asyncio.to_thread(crashed.journal.flush, 10)
+        crashed.journal.abandon()  # killed here: nothing more reaches the journal
     assert _journal_rows(tmp_path, "SELECT key FROM cancels") == [("syn-00000300",)]
     assert _journal_rows(tmp_path, "SELECT key FROM tasks WHERE key = 'syn-00000300'") == []
-    eng, sink = asyncio.run(resume())
+    sink = RecordingSink()
+    async with Engine(s, tmp_path, sink=sink) as eng:  # the resume
+        await eng.wait()
     assert eng.report is not None and eng.report.counts.cancelled == 1
     assert eng.report.counts.done + eng.report.counts.skipped_done == 399
     assert "syn-00000300" not in sink.out
@@ -199,48 +181,44 @@ def held_lane() -> Iterator[None]:
         wd_stages.HELD_LANES.clear()
 
 
-def test_cancel_says_what_happened_to_each_task_queued_running_pending_and_finished(held_lane: None) -> None:
-    async def scenario() -> None:
-        sink = RecordingSink()
-        s = _spec(count=200, stages=("wd_stages:hold_lanes",), lanes=1, slot_depth=2,
-                  feeder={**WATERMARKS, "auto_depth": False})
-        async with Engine(s, sink=sink) as eng:
-            # The first batch computes on the held lane; the ready queue fills behind it.
-            await _until(eng, lambda sn: sn.counts.running["compute"] >= 4 and sn.counts.queued > 8)
-            queued = eng.table.keys[-1]  # the newest admitted: the back of the ready queue, never taken next
-            assert eng.task_detail("syn-00000001").state == "running"  # type: ignore[union-attr]
-            assert eng.task_detail(queued).state == "queued"  # type: ignore[union-attr]
-            result = await eng.command(Cancel(keys=("syn-00000001", queued, "syn-00000150")))
-            assert (result.ok, result.affected) == (True, 3)
-            assert result.message == ("cancelled 1 queued; syn-00000001 running: stops at its next phase;"
-                                      " syn-00000150: not admitted yet; cancelled when it is")
-            wd_stages.RELEASE_LANES.set()
-            report = await eng.wait()
-            again = await eng.command(Cancel(keys=("syn-00000001", "syn-00000002", "syn-00000003")))
-        assert report.counts.cancelled == 3 and report.counts.done == 197
-        assert not {"syn-00000001", queued, "syn-00000150"} & set(sink.out)
-        assert (again.ok, again.affected) == (True, 0)
-        assert again.message == "syn-00000002, syn-00000003 already done; syn-00000001 already cancelled"
-    asyncio.run(scenario())
+async def test_cancel_says_what_happened_to_each_task_queued_running_pending_and_finished(held_lane: None) -> None:
+    sink = RecordingSink()
+    s = _spec(count=200, stages=("wd_stages:hold_lanes",), lanes=1, slot_depth=2,
+              feeder={**WATERMARKS, "auto_depth": False})
+    async with Engine(s, sink=sink) as eng:
+        # The first batch computes on the held lane; the ready queue fills behind it.
+        await _until(eng, lambda sn: sn.counts.running["compute"] >= 4 and sn.counts.queued > 8)
+        queued = eng.table.keys[-1]  # the newest admitted: the back of the ready queue, never taken next
+        assert eng.task_detail("syn-00000001").state == "running"  # type: ignore[union-attr]
+        assert eng.task_detail(queued).state == "queued"  # type: ignore[union-attr]
+        result = await eng.command(Cancel(keys=("syn-00000001", queued, "syn-00000150")))
+        assert (result.ok, result.affected) == (True, 3)
+        assert result.message == ("cancelled 1 queued; syn-00000001 running: stops at its next phase;"
+                                  " syn-00000150: not admitted yet; cancelled when it is")
+        wd_stages.RELEASE_LANES.set()
+        report = await eng.wait()
+        again = await eng.command(Cancel(keys=("syn-00000001", "syn-00000002", "syn-00000003")))
+    assert report.counts.cancelled == 3 and report.counts.done == 197
+    assert not {"syn-00000001", queued, "syn-00000150"} & set(sink.out)
+    assert (again.ok, again.affected) == (True, 0)
+    assert again.message == "syn-00000002, syn-00000003 already done; syn-00000001 already cancelled"
 
 
 # -- D: detail of any task, during and after the run ----------------------------------------------
-def test_detail_answers_for_a_task_not_admitted_yet_and_none_for_a_key_the_source_never_makes() -> None:
-    async def scenario() -> None:
-        async with Engine(_spec(), sink=RecordingSink()) as eng:
-            await _paused(eng)
-            pending = eng.task_detail("syn-00000399")
-            assert pending == TaskDetail("syn-00000399", "queued", "none", 1, -1, "none", "", "", "", (),
-                                         admitted=False, note="queued (not yet admitted)")
-            assert eng.task_detail("syn-00000400") is None and eng.task_detail("nosuch") is None
-            await eng.command(Resume())
-            await eng.wait()
-        done = eng.task_detail("syn-00000399")
-        assert done is not None and (done.state, done.admitted, done.attempt) == ("done", True, 1)
-    asyncio.run(scenario())
+async def test_detail_answers_for_a_task_not_admitted_yet_and_none_for_a_key_the_source_never_makes() -> None:
+    async with Engine(_spec(), sink=RecordingSink()) as eng:
+        await _paused(eng)
+        pending = eng.task_detail("syn-00000399")
+        assert pending == TaskDetail("syn-00000399", "queued", "none", 1, -1, "none", "", "", "", (),
+                                     admitted=False, note="queued (not yet admitted)")
+        assert eng.task_detail("syn-00000400") is None and eng.task_detail("nosuch") is None
+        await eng.command(Resume())
+        await eng.wait()
+    done = eng.task_detail("syn-00000399")
+    assert done is not None and (done.state, done.admitted, done.attempt) == ("done", True, 1)
 
 
-def test_detail_of_a_task_done_in_an_earlier_run_comes_from_the_journal(tmp_path: Path) -> None:
+async def test_detail_of_a_task_done_in_an_earlier_run_comes_from_the_journal(tmp_path: Path) -> None:
     s = parse_spec({"name": "earlier", "backend": "numpy", "batch_size": 4,
                     "source": {"kind": "synthetic", "count": 12, "shape": [4], "dtype": "float64"},
                     "sink": {"kind": "npy_dir", "path": "outputs"}, "stages": [{"fn": "wd_stages:double"}]})
@@ -250,8 +228,8 @@ def test_detail_of_a_task_done_in_an_earlier_run_comes_from_the_journal(tmp_path
             await eng.wait()
         return eng
 
-    asyncio.run(run())
-    again = asyncio.run(run())
+    await run()
+    again = await run()
     assert again.report is not None and again.report.counts.skipped_done == 12
     d = again.task_detail("syn-00000005")
     assert d is not None and (d.state, d.attempt, d.admitted) == ("done", 1, False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from pathlib import Path
 
@@ -35,11 +34,11 @@ async def _run(spec, backend_name: str) -> _Collect:
 
 
 @pytest.mark.parametrize("name", ["spectrogram", "dense", "conv2d"])
-def test_cupy_matches_numpy_on_every_example(name: str) -> None:
+async def test_cupy_matches_numpy_on_every_example(name: str) -> None:
     spec = load_spec(EXAMPLES / f"{name}-synthetic.toml")
     spec = spec.model_copy(update={"source": spec.source.model_copy(update={"count": 300, "seed": 11})})
-    gpu = asyncio.run(_run(spec, "cupy"))
-    cpu = asyncio.run(_run(spec, "numpy"))
+    gpu = await _run(spec, "cupy")
+    cpu = await _run(spec, "numpy")
     assert gpu.out.keys() == cpu.out.keys()
     for key in cpu.out:
         assert np.isfinite(gpu.out[key]).all()

@@ -3,7 +3,6 @@ this process: real Ray, real Mosquitto, real .npy files."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import ModuleType
 
@@ -29,11 +28,11 @@ async def _run(spec: PipelineSpec, run_dir: Path, control: ControlSettings) -> E
     return eng
 
 
-def test_two_actors_write_the_same_bytes_as_one_process(ray_cluster: ModuleType, mosquitto: Mosquitto,
-                                                         tmp_path: Path) -> None:
+async def test_two_actors_write_the_same_bytes_as_one_process(ray_cluster: ModuleType, mosquitto: Mosquitto,
+                                                               tmp_path: Path) -> None:
     control = ControlSettings(broker=mosquitto.address)
-    ray_eng = asyncio.run(_run(_spec("ray"), tmp_path / "ray", control))
-    local_eng = asyncio.run(_run(_spec("local"), tmp_path / "local", control))
+    ray_eng = await _run(_spec("ray"), tmp_path / "ray", control)
+    local_eng = await _run(_spec("local"), tmp_path / "local", control)
     assert local_eng.executor is None and ray_eng.executor is not None
     # Both actors took part.
     assert [w.id for w in ray_eng.executor.workers] == ["ray-0", "ray-1"]

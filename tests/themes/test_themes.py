@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
 from pathlib import Path
@@ -97,19 +96,15 @@ def test_high_contrast_is_black_with_aa_contrast() -> None:
         assert ratio >= 4.5, variable
 
 
-def test_every_builtin_works_in_an_app() -> None:
-    async def run() -> dict[str, str]:
-        app = App[None]()
-        for theme in BUILTIN_THEMES.values():
-            app.register_theme(theme)
-        seen: dict[str, str] = {}
-        async with app.run_test():
-            for name in THEMES:
-                app.theme = name
-                seen[name] = app.get_css_variables()["wd-compute"]
-        return seen
-
-    seen = asyncio.run(run())
+async def test_every_builtin_works_in_an_app() -> None:
+    app = App[None]()
+    for theme in BUILTIN_THEMES.values():
+        app.register_theme(theme)
+    seen: dict[str, str] = {}
+    async with app.run_test():
+        for name in THEMES:
+            app.theme = name
+            seen[name] = app.get_css_variables()["wd-compute"]
     assert seen == {name: BUILTIN_THEMES[name].variables["wd-compute"] for name in THEMES}
 
 
