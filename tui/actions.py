@@ -28,6 +28,7 @@ from warpdeck.engine.api import (
     SetDepth,
     TaskDetail,
 )
+from warpdeck.tui.operations import undoable_verbs
 from warpdeck.tui.screens.confirm import ConfirmScreen
 from warpdeck.tui.undo import Undoable, UndoStack
 from warpdeck.tui.widgets.task_list import TaskList
@@ -230,8 +231,7 @@ class PipelineActions(_Base):
     async def action_undo(self) -> None:
         last = self.undo_stack.pop()
         if last is None:
-            self.notify("nothing to undo (pause, resume, depth, quarantine and release can be undone)",
-                        severity="warning")
+            self.notify(f"nothing to undo ({undoable_verbs()} can be undone)", severity="warning")
             return
         if await self.send(last.inverse):
             match last.inverse:

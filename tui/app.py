@@ -37,10 +37,10 @@ from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived
+from warpdeck.tui.operations import SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
 from warpdeck.tui.screens.confirm import ConfirmScreen
-from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.help import HelpScreen
 from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.screens.timeline import TimelineScreen
@@ -48,10 +48,9 @@ from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.undo import UndoStack
 from warpdeck.tui.widgets.prompt_bar import Check, PromptBar
 
-__all__ = ["MAX_REPAINT_HZ", "SCREENS_IN_ORDER", "WarpdeckApp"]
+__all__ = ["MAX_REPAINT_HZ", "WarpdeckApp"]
 
 MAX_REPAINT_HZ = 10.0
-SCREENS_IN_ORDER = ("board", "workers", "timeline")
 
 
 class WarpdeckApp(CommandMode, App[int]):
@@ -106,11 +105,8 @@ class WarpdeckApp(CommandMode, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in _ASKS_FIRST and self.prompt_open:
             return False  # a prompt has the keyboard: nothing that asks to destroy work opens over it
-        if action == "pause":
-            return not self.paused
-        if action == "resume":
-            return self.paused
-        return True
+        op = operation(action)
+        return op is None or op.when is None or op.when(self)
 
     @property
     def prompt_open(self) -> bool:
@@ -262,14 +258,14 @@ class WarpdeckApp(CommandMode, App[int]):
         """Compose, style and lay out the other screens now, before the first snapshot. Textual
         does it on a screen's first visit, and also re-reads every stylesheet then (a screen it
         never styled counts as out of date): 50-80 ms while the key that asked for it waits."""
-        for mode in SCREENS_IN_ORDER:
+        for mode in SCREENS:
             if mode not in self._screen_stacks:
                 self._init_mode(mode)  # what switch_mode does first on a first visit
                 for screen in self._screen_stacks[mode]:
                     screen._css_update_count = self._css_update_count  # styled from today's stylesheet
 
     def action_screen(self, name: str) -> None:
-        if name in SCREENS_IN_ORDER and self.current_mode != name:
+        if name in SCREENS and self.current_mode != name:
             self.switch_mode(name)
 
     def action_next_screen(self) -> None:
@@ -290,14 +286,11 @@ class WarpdeckApp(CommandMode, App[int]):
             # A dialog is open: tab keeps its usual meaning there.
             (self.screen.focus_next if step > 0 else self.screen.focus_previous)()
             return
-        i = SCREENS_IN_ORDER.index(self.current_mode) if self.current_mode in SCREENS_IN_ORDER else 0
-        self.switch_mode(SCREENS_IN_ORDER[(i + step) % len(SCREENS_IN_ORDER)])
+        i = SCREENS.index(self.current_mode) if self.current_mode in SCREENS else 0
+        self.switch_mode(SCREENS[(i + step) % len(SCREENS)])
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-    def action_detail(self, key: str) -> None:
-        self.push_screen(DetailScreen(key))
 
     # -- view --------------------------------------------------------------------------------------
     def _prompt_bar(self) -> PromptBar | None:
@@ -370,7 +363,8 @@ class WarpdeckApp(CommandMode, App[int]):
 
 
 #: Actions that destroy work or stop the run (each asks first): never opened over an open prompt.
-_ASKS_FIRST = frozenset({"drain", "cancel_task", "cancel_all", "quit_app", "quit"})
+#: Textual's own ``quit`` (its ctrl+q) is ``quit_app`` by another name (``action_quit``).
+_ASKS_FIRST = asks_first() | {"quit"}
 
 
 def _filter_error(text: str) -> str | None:

@@ -1,8 +1,9 @@
-"""Command mode (``:``): the verbs, their parsing, and completion of verbs, names and live ids.
+"""Command mode (``:``): parsing the verbs, and completion of verbs, names and live ids.
 
 The decision this module protects: a typed command is parsed here into a verb and arguments, or
-refused with a sentence saying what would work; the app only dispatches, and a verb without
-arguments runs the same action as its key. Completion looks ids up in the newest snapshot, so it
+refused with a sentence saying what would work; the app only dispatches. The verbs and what each
+takes are rows of ``operations.OPERATIONS``; this module says how each kind of argument is
+written, checked and completed. Completion looks ids up in the newest snapshot, so it
 offers what exists now; the list of candidates is shown, not only the first.
 """
 
@@ -15,54 +16,22 @@ from itertools import islice
 from textual.suggester import Suggester
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.operations import SCREENS, VERBS, ArgKind
 
-__all__ = ["SCREENS", "VERBS", "CommandLineError", "IdSuggester", "Parsed", "Verb", "parse", "usage"]
+__all__ = ["VERBS", "CommandLineError", "IdSuggester", "Parsed", "parse", "usage"]
 
-SCREENS = ("board", "workers", "timeline")
-
-
-@dataclass(frozen=True, slots=True)
-class Verb:
-    """One ``:`` verb. ``args``: "" none, "keys" task keys (one or more), "keys?" optional task keys,
-    "key" one task key, "int" one whole number, "word" one word, "rest" free text (may be empty).
-    ``action``: the app action a verb without arguments runs (the same as its key's)."""
-
-    args: str
-    usage: str
-    what: str
-    action: str | None = None
-
-
-VERBS: dict[str, Verb] = {
-    "pause": Verb("", "", "stop starting batches", "pause"),
-    "resume": Verb("", "", "start batches again", "resume"),
-    "drain": Verb("", "", "admit nothing more, finish what is admitted (asks)", "drain"),
-    "cancel": Verb("keys", "KEY…", "cancel the named tasks (asks; a task not admitted yet is cancelled when it is)"),
-    "cancel-all": Verb("", "", "cancel every unfinished task (asks for the pipeline's name)", "cancel_all"),
-    "retry": Verb("keys?", "[KEY…]", "retry failed tasks: all, or the named ones"),
-    "requeue": Verb("", "", "requeue stalled tasks to the front", "requeue_stalled"),
-    "depth": Verb("int", "N", "set the prefetch depth of every lane (2..64; auto tuning off)"),
-    "undo": Verb("", "", "undo the last reversible action (again: the one before)", "undo"),
-    "detail": Verb("key", "KEY", "open a task's detail"),
-    "filter": Verb("rest", "[TEXT]", "set the task filter (empty clears it)"),
-    "failed": Verb("", "", "show failed tasks only (again: clear the filter)", "failed"),
-    "screen": Verb("word", "board|workers|timeline", "switch screen"),
-    "theme": Verb("word", "NAME", "switch to a theme by name"),
-    "worker": Verb("word", "ID", "show the workers screen with this worker highlighted"),
-    "quarantine": Verb("word", "ID", "give a worker no new batches until it is released (asks for the last one)"),
-    "release": Verb("word", "ID", "give a quarantined worker batches again"),
-    "follow": Verb("", "", "toggle following the newest", "follow"),
-    "help": Verb("", "", "every key and verb", "help"),
-    "quit": Verb("", "", "leave the control room (asks while work is running)", "quit_app"),
-}
+#: How help and errors write each kind of argument.
+_WRITTEN: dict[ArgKind, str] = {"": "", "keys": "KEY…", "keys?": "[KEY…]", "key": "KEY", "int": "N", "text": "[TEXT]",
+                                "screen": "|".join(SCREENS), "theme": "NAME", "worker": "ID"}
+_TASK_KEYS: tuple[ArgKind, ...] = ("keys", "keys?", "key")
+_ONE_WORD: tuple[ArgKind, ...] = ("screen", "theme", "worker")
 
 _MAX_CANDIDATES = 12
 
 
 def usage(verb: str) -> str:
     """``verb`` with its arguments, as help and errors write it."""
-    v = VERBS[verb]
-    return f"{verb} {v.usage}".rstrip()
+    return f"{verb} {_WRITTEN[VERBS[verb].args]}".rstrip()
 
 
 class CommandLineError(ValueError):
@@ -96,9 +65,9 @@ def parse(text: str) -> Parsed:
         raise CommandLineError(f"{usage(verb)}: takes one task key (tab completes)")
     if kind == "int" and (len(args) != 1 or not (args[0].isascii() and args[0].isdecimal())):
         raise CommandLineError(f"{usage(verb)}: takes one whole number")
-    if kind == "word" and len(args) != 1:
+    if kind in _ONE_WORD and len(args) != 1:
         raise CommandLineError(f"{usage(verb)}: takes one word")
-    if kind == "rest":
+    if kind == "text":
         args = (" ".join(args),)
     return Parsed(verb, args)
 
@@ -128,20 +97,21 @@ class IdSuggester(Suggester):
             verbs = [v for v in VERBS if v.startswith(last.lower())]
             return [usage(v) for v in verbs] if not last else verbs[:limit]
         verb = head.split()[0].removeprefix(":").lower()
-        if not task_keys and verb in VERBS and VERBS[verb].args in ("keys", "keys?", "key"):
+        kind = VERBS[verb].args if verb in VERBS else ""
+        if not task_keys and kind in _TASK_KEYS:
             return []
-        return list(islice((o for o in self._options(verb) if o.startswith(last)), limit))
+        return list(islice((o for o in self._options(kind) if o.startswith(last)), limit))
 
-    def _options(self, verb: str) -> Iterable[str]:
-        if verb == "screen":
+    def _options(self, kind: ArgKind) -> Iterable[str]:
+        if kind == "screen":
             return list(SCREENS)
-        if verb == "theme":
+        if kind == "theme":
             return self._themes()
         snap = self._snapshot()
         if snap is None:
             return []
-        if verb in ("worker", "quarantine", "release"):
+        if kind == "worker":
             return [w.id for w in snap.workers]
-        if verb in VERBS and VERBS[verb].args in ("keys", "keys?", "key"):
+        if kind in _TASK_KEYS:
             return filter(None, snap.tasks.keys)  # a lazy scan: islice stops it at the limit
         return []

@@ -2,18 +2,19 @@
 
 The decision this module protects: whatever is typed after ``:``, the user gets a sentence back,
 and nothing typed there can take the control room down. A verb without arguments runs the very
-action its key runs (``VERBS[...].action``); the others are handled here, each saying what it did,
-or why not (``no task 'X'``, ``no worker 'X'``, a number out of range).
+action its key runs; one with arguments runs what its row of ``operations.OPERATIONS`` says,
+through the methods here, each saying what it did, or why not (``no task 'X'``, ``no worker 'X'``,
+a number out of range).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from warpdeck.engine.api import RetryFailed
 from warpdeck.tui.actions import PipelineActions
-from warpdeck.tui.command_line import SCREENS, VERBS, Parsed
+from warpdeck.tui.command_line import Parsed
 from warpdeck.tui.filtering import FilterError, TaskFilter
+from warpdeck.tui.operations import SCREENS, VERBS
 from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 
@@ -35,31 +36,12 @@ class CommandMode(PipelineActions):
     async def run_command(self, cmd: Parsed) -> None:
         """Carry out one parsed command-mode line."""
         verb = VERBS[cmd.verb]
-        if verb.action is not None:
+        if verb.run is None:
             await self.run_action(verb.action)
             return
-        arg = cmd.args[0] if cmd.args else ""
-        match cmd.verb:
-            case "cancel":
-                await self.cancel_tasks(cmd.args)
-            case "retry":
-                await self.send(RetryFailed(keys=cmd.args))
-            case "depth":
-                await self.set_depth(int(arg))
-            case "detail":
-                await self.open_detail(arg)
-            case "filter":
-                self._command_filter(arg)
-            case "screen":
-                self._command_screen(arg)
-            case "theme":
-                self._command_theme(arg)
-            case "quarantine" | "release":
-                await self.quarantine(arg, release=cmd.verb == "release")
-            case "worker":
-                self._command_worker(arg)
-            case _:  # pragma: no cover - every verb of VERBS is handled above
-                self.notify(f"{cmd.verb}: not handled", severity="error")
+        done = verb.run(self, cmd.args)
+        if done is not None:
+            await done
 
     async def open_detail(self, key: str) -> None:
         """The task's detail, or ``no task 'X'``."""
@@ -68,7 +50,8 @@ class CommandMode(PipelineActions):
             return
         self.push_screen(DetailScreen(key))
 
-    def _command_filter(self, text: str) -> None:
+    def apply_filter(self, text: str) -> None:
+        """Set the task filter to ``text`` (empty clears it), or say why it is not a filter."""
         try:
             TaskFilter(text)
         except FilterError as exc:
@@ -77,20 +60,23 @@ class CommandMode(PipelineActions):
         self.set_filter(text)
         self.notify(f"filter /{text}/" if text else "filter cleared", timeout=2)
 
-    def _command_screen(self, name: str) -> None:
+    def show_screen(self, name: str) -> None:
+        """Switch to a screen by name, or list the screens."""
         if name not in SCREENS:
             self.notify(f"no screen {name!r}; screens: {', '.join(SCREENS)}", severity="warning")
         else:
             self.action_screen(name)
 
-    def _command_theme(self, name: str) -> None:
+    def use_theme(self, name: str) -> None:
+        """Switch to a theme by name, or list the themes."""
         if name not in self.theme_names:
             self.notify(f"no theme {name!r}; themes: {', '.join(self.theme_names)}", severity="warning")
         else:
             self.theme = name
             self.notify(f"theme {name}", timeout=2)
 
-    def _command_worker(self, worker: str) -> None:
+    def show_worker(self, worker: str) -> None:
+        """The workers screen with ``worker`` highlighted, or ``no worker 'X'``."""
         snap = self.snapshot
         known = [w.id for w in snap.workers] if snap is not None else []
         if worker not in known:

@@ -17,6 +17,7 @@ from textual.widgets import Static
 from warpdeck.engine.api import EngineSnapshot, TaskDetail
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.glyphs import STALL_BADGES, STATE_GLYPHS
+from warpdeck.tui.keymap import reading_bindings
 
 __all__ = ["DetailScreen", "render_detail"]
 
@@ -59,9 +60,7 @@ class DetailScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "dismiss", "Close"),
-        # The command line and the filter work from here too (a prompt screen opens over it).
-        Binding("colon", "app.command_mode", "Command", show=False),
-        Binding("slash", "app.filter", "Filter", show=False),
+        *reading_bindings(),  # the command line and the filter (a prompt screen opens over this one)
     ]
 
     DEFAULT_CSS = """

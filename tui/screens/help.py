@@ -1,8 +1,9 @@
 """Help: every key, every ``:`` verb, every glyph and every abbreviation the screens use.
 
-The decision this module protects: help is generated from the tables the app runs on (``KEYS``,
-``VERBS``, the glyph tables), so it cannot fall behind them; only the glossary of the figures'
-words is written here, beside the test that looks for each word on the screens.
+The decision this module protects: help is generated from the tables the app runs on (the keys
+and verbs of ``operations.OPERATIONS``, the glyph tables), so it cannot fall behind them; only the
+glossary of the figures' words is written here, beside the test that looks for each word on the
+screens.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from textual.widgets import Static
 
 from warpdeck.tui.command_line import VERBS, usage
 from warpdeck.tui.glyphs import PHASE_GLYPHS, STALL_BADGES, STATE_GLYPHS, WORKER_GLYPHS, Badge
-from warpdeck.tui.keymap import KEYS, Key
+from warpdeck.tui.keymap import KEYS, Key, reading_bindings
 
 __all__ = ["GLOSSARY", "HelpScreen", "glyph_table", "help_table", "verb_table"]
 
@@ -98,9 +99,7 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark", "dismiss", "Close"),
-        # The command line and the filter work from here too (a prompt screen opens over it).
-        Binding("colon", "app.command_mode", "Command", show=False),
-        Binding("slash", "app.filter", "Filter", show=False),
+        *reading_bindings(),  # the command line and the filter (a prompt screen opens over this one)
     ]
 
     DEFAULT_CSS = """
