@@ -23,14 +23,14 @@ from typing import Literal
 __all__ = ["ROOT", "Topics", "WorkerTopic", "check_name"]
 
 ROOT = "warpdeck"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # fullmatch: "$" would let a trailing newline in
 WorkerTopic = Literal["birth", "hb", "death"]
 _WORKER_TOPICS: frozenset[str] = frozenset(("birth", "hb", "death"))
 
 
 def check_name(what: str, name: str) -> str:
     """Return ``name`` if it is usable as one topic level; raise ``ValueError`` naming ``what``."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(
             f"{what} {name!r} cannot be an MQTT topic level: use letters, digits and _ . : - "
             "(at most 128, starting with a letter or digit)"
@@ -83,6 +83,6 @@ class Topics:
         if not topic.startswith(prefix):
             return None
         wid, sep, which = topic[len(prefix) :].partition("/")
-        if not sep or which not in _WORKER_TOPICS or not _NAME.match(wid):
+        if not sep or which not in _WORKER_TOPICS or not _NAME.fullmatch(wid):
             return None
         return wid, which  # type: ignore[return-value]  # checked against _WORKER_TOPICS
