@@ -27,6 +27,7 @@ from warpdeck.engine.commands import (
 )
 from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.looping import LoopThread
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
@@ -85,6 +86,7 @@ __all__ = [
     "IterableSource",
     "JournalError",
     "LaneView",
+    "LoopThread",
     "OutageView",
     "Pause",
     "Phase",

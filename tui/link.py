@@ -26,6 +26,7 @@ from warpdeck.engine.api import (
     CommandResult,
     Engine,
     EngineSnapshot,
+    LoopThread,
     PipelineSpec,
     RunReport,
     TaskDetail,
@@ -102,9 +103,9 @@ class EngineLink(_Refusals):
         self._stopped: EngineStopped | None = None
         self._engine: Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._main: asyncio.Task[None] | None = None
         self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread("warpdeck-engine", self._serve)
+        self._opened = False
         self.report: RunReport | None = None
         self.error = ""
         journal = engine_options.get("journal")
@@ -113,9 +114,9 @@ class EngineLink(_Refusals):
     def open(self) -> None:
         """Start the engine on its own thread and wait until it runs; re-raises what stopped it
         from starting (a bad run directory, a backend that is not there)."""
-        if self._thread is not None:
+        if self._opened:
             return
-        self._thread = threading.Thread(target=self._thread_main, name="warpdeck-engine", daemon=True)
+        self._opened = True
         self._thread.start()
         self._ready.wait()
         if self._startup_error is not None:
@@ -133,28 +134,33 @@ class EngineLink(_Refusals):
         if self._post is not None:
             self._post(message)
 
-    def _thread_main(self) -> None:
+    async def _serve(self, stopping: asyncio.Event) -> None:
         try:
-            asyncio.run(self._serve())
+            await self._run(stopping)
         except BaseException as exc:  # noqa: BLE001 - whatever killed the engine goes to the screen, not to stderr
             if not self._ready.is_set():
                 self._startup_error = exc
-            self.error = traceback.format_exc()
+            self.error = "".join(traceback.format_exception(exc))
         finally:
             self._ready.set()
             self._stopped = EngineStopped(self.report, self.error)
             self._deliver(self._stopped)
 
-    async def _serve(self) -> None:
+    async def _run(self, stopping: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        self._main = asyncio.current_task()
         async with Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options) as engine:
             self._engine = engine
             engine.publisher.subscribe(lambda snap: self._deliver(SnapshotArrived(snap)))
             self._ready.set()
-            # Stopped by the user: the engine writes its report as it closes, read below.
-            with contextlib.suppress(asyncio.CancelledError):
-                self.report = await engine.wait()
+            run = asyncio.create_task(engine.wait())
+            stop = asyncio.create_task(stopping.wait())
+            try:
+                await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                run.cancel()  # stopped by the user: the engine writes its report as it closes, read below
+                with contextlib.suppress(asyncio.CancelledError):
+                    self.report = await run
         self.report = self.report or engine.report
 
     async def _call(self, fn: Callable[[Engine], _T]) -> _T:
@@ -209,17 +215,10 @@ class EngineLink(_Refusals):
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the engine's run is over (at most ``timeout`` s); True if it is."""
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._thread.join(timeout)
 
     def stop(self) -> None:
-        loop, main = self._loop, self._main
-        if loop is not None and main is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(main.cancel)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._thread.stop(10)
 
 
 class StreamLink(_Refusals):

@@ -28,6 +28,8 @@ from urllib.parse import unquote, urlsplit
 
 import aiomqtt
 
+from warpdeck.engine.control.looping import LoopThread
+
 __all__ = ["BrokerAddress", "EmbeddedBroker", "free_port", "parse_broker"]
 
 _log = logging.getLogger(__name__)
@@ -134,9 +136,7 @@ class EmbeddedBroker:
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
         self.port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stop: asyncio.Event | None = None
+        self._thread = LoopThread("warpdeck-broker", self._serve)
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -151,7 +151,6 @@ class EmbeddedBroker:
         logging.getLogger("amqtt.broker").addFilter(_SHUTDOWN_NOISE)  # a no-op when already there
         if self.port is None:
             self.port = free_port(self.host)
-        self._thread = threading.Thread(target=self._main, name="warpdeck-broker", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
             raise RuntimeError(f"embedded broker did not start within {timeout:g} s")
@@ -159,39 +158,28 @@ class EmbeddedBroker:
             raise RuntimeError(f"embedded broker on {self.host}:{self.port}: {self._error}") from self._error
         return self.address
 
-    def _main(self) -> None:
+    async def _serve(self, stopping: asyncio.Event) -> None:
         try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            from amqtt.broker import Broker  # noqa: PLC0415 - heavy, and only an embedded broker needs it
+
+            broker = Broker(
+                {
+                    "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+                    "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+                }
+            )
+            await broker.start()
+        except Exception as exc:  # noqa: BLE001 - start() raises it, naming the broker
             self._error = exc
+            return
+        finally:
             self._ready.set()
-
-    async def _serve(self) -> None:
-        from amqtt.broker import Broker  # noqa: PLC0415 - heavy, and only an embedded broker needs it
-
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        broker = Broker(
-            {
-                "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
-                "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-            }
-        )
-        await broker.start()
-        self._ready.set()
         try:
-            await self._stop.wait()
+            await stopping.wait()
         finally:
             with contextlib.suppress(Exception):
                 await broker.shutdown()
             await _close_leftover_streams(asyncio.get_running_loop())
 
     def stop(self, timeout: float = 5.0) -> None:
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop ended on its own
-                loop.call_soon_threadsafe(stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                _log.warning("embedded broker thread did not stop within %.1f s", timeout)
+        self._thread.stop(timeout)

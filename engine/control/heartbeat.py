@@ -40,7 +40,7 @@ from typing import Any
 import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import LoopThread, keep_connected
 from warpdeck.engine.control.mqtt_internals import paho_socket
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.topics import Topics, check_name
@@ -135,34 +135,24 @@ class Heartbeater:
         self._killed = False
         self._client: Any = None
         self._last = _Last()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = LoopThread(f"warpdeck-hb-{self.worker_id}", self._run)
         self._stopping: asyncio.Event | None = None
         self._goodbye = "shutdown"
 
     # -- lifecycle (any thread) ---------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("heartbeater already started")
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(self._run(),), name=f"warpdeck-hb-{self.worker_id}", daemon=True
-        )
         self._thread.start()
 
     def stop(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
         self._goodbye = reason
-        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
+        self._thread.stop(timeout)
 
     def kill(self, timeout: float = 5.0) -> None:
         """Fault injection for tests: drop the connection with no goodbye, as a killed process
         would (the broker then sends the Will), and stay silent from then on."""
         self._killed = True
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._abort)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._thread.call_soon(self._abort)
+        self._thread.stop(timeout)
 
     def _abort(self) -> None:
         client = self._client
@@ -179,45 +169,39 @@ class Heartbeater:
         self.epoch = max(self.epoch + 1, time.time_ns() // 1000)
         return self.epoch
 
-    async def _run(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = stopping = asyncio.Event()
+    def _client_kwargs(self) -> dict[str, Any]:
+        """A connection under a new epoch, with its signed Last Will."""
+        epoch = self._next_epoch()
+        will = aiomqtt.Will(
+            self.topics.worker(self.worker_id, "death"),
+            encode(sign_worker(self.secret, Death(worker=self.worker_id, epoch=epoch, reason="connection lost"))),
+            qos=1,
+            retain=True,
+        )
+        return {**self.address.client_kwargs(), "will": will, "keepalive": self.keepalive_s,
+                "identifier": f"wd-{self.topics.pipeline}-{self.worker_id}"[:128], "clean_session": True,
+                "timeout": max(2.0, 4 * self.interval_s)}
+
+    async def _run(self, stopping: asyncio.Event) -> None:
+        self._stopping = stopping
         sampler = asyncio.create_task(self._sample_device(stopping)) if self.probe.device_stats else None
-        backoff = FIRST_BACKOFF_S
+
+        async def session(client: aiomqtt.Client) -> None:
+            self._client = client
+            try:
+                await self._speak(client, self.epoch, stopping)
+            finally:
+                # However the connection ended, what was sent on it and not yet heard never will
+                # be: the outbox measures a live connection only.
+                self.connected.clear()
+                self.outbox.clear()
+
+        def lost(exc: aiomqtt.MqttError) -> None:
+            self.last_error = str(exc)
+            self.reconnects += 1
+
         try:
-            while not stopping.is_set():
-                epoch = self._next_epoch()
-                will = aiomqtt.Will(
-                    self.topics.worker(self.worker_id, "death"),
-                    encode(sign_worker(self.secret, Death(worker=self.worker_id, epoch=epoch,
-                                                          reason="connection lost"))),
-                    qos=1,
-                    retain=True,
-                )
-                try:
-                    async with connection(
-                        **self.address.client_kwargs(),
-                        will=will,
-                        keepalive=self.keepalive_s,
-                        identifier=f"wd-{self.topics.pipeline}-{self.worker_id}"[:128],
-                        clean_session=True,
-                        timeout=max(2.0, 4 * self.interval_s),
-                    ) as client:
-                        self._client = client
-                        try:
-                            await self._speak(client, epoch, stopping)
-                        finally:
-                            # However the connection ended, what was sent on it and not yet heard
-                            # never will be: the outbox measures a live connection only.
-                            self.connected.clear()
-                            self.outbox.clear()
-                        backoff = FIRST_BACKOFF_S
-                except aiomqtt.MqttError as exc:
-                    self.last_error = str(exc)
-                    if stopping.is_set():
-                        return
-                    self.reconnects += 1
-                    backoff = await wait_backoff(stopping, backoff)
+            await keep_connected(stopping, self._client_kwargs, session, lost)
         finally:
             if sampler is not None:
                 sampler.cancel()

@@ -43,7 +43,7 @@ from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.lag import InputLag
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import FIRST_BACKOFF_S, LoopThread, connection, wait_backoff
 from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.outbox import EventQueue, Summaries
 from warpdeck.engine.control.signing import CommandRefused, Verifier
@@ -156,7 +156,7 @@ class ControlPlane:
         self.verdicts: deque[Verdict] = deque(maxlen=1000)
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._broker: EmbeddedBroker | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread("warpdeck-control", self._main)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = time.time()
@@ -164,12 +164,12 @@ class ControlPlane:
     # -- lifecycle (engine thread) ------------------------------------------------------------
     def start(self) -> None:
         self._engine_loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="warpdeck-control", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Say goodbye (graceful worker death, engine offline) and stop the broker if it is ours."""
-        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
+    def stop(self, timeout: float = 12.0) -> None:
+        """Say goodbye (graceful worker death, engine offline) and stop the broker if it is ours.
+        ``timeout`` covers the heartbeaters' and the broker's own stops (5 s each at most)."""
+        self._thread.stop(timeout)
 
     def epoch_of(self, worker_id: str) -> int:
         """The epoch an in-process worker heartbeats under now (0 before its first connection)."""
@@ -202,9 +202,9 @@ class ControlPlane:
         )
 
     # -- the control thread -------------------------------------------------------------------
-    async def _main(self) -> None:
+    async def _main(self, stopping: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        self._stopping = stopping = asyncio.Event()
+        self._stopping = stopping
         try:
             if self.address is None:
                 self._broker = EmbeddedBroker()

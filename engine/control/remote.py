@@ -27,7 +27,7 @@ import aiomqtt
 
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, connection, stop_loop_thread, wait_backoff
+from warpdeck.engine.control.looping import LoopThread, keep_connected
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
@@ -65,9 +65,7 @@ class RemoteEngine:
         self._timeline: deque[BatchRecord] = deque(maxlen=2048)
         self._answers: dict[str, asyncio.Future[Event]] = {}
         self._client: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread("warpdeck-attach", self._main)
 
     @property
     def can_command(self) -> bool:
@@ -78,12 +76,10 @@ class RemoteEngine:
         if self._record_path is not None:
             self._record_path.parent.mkdir(parents=True, exist_ok=True)
             self._record = self._record_path.open("a", encoding="utf-8")
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="warpdeck-attach",
-                                        daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        stop_loop_thread(self._loop, self._stopping, self._thread, timeout)
+        self._thread.stop(timeout)
         if self._record is not None:
             self._record.close()
             self._record = None
@@ -101,7 +97,7 @@ class RemoteEngine:
             done: Future[CommandResult] = Future()
             done.set_result(CommandResult(False, 0, "no command secret: attach with --secret-file or $WARPDECK_SECRET"))
             return done
-        loop = self._loop
+        loop = self._thread.loop
         if loop is None:
             early: Future[CommandResult] = Future()
             early.set_result(CommandResult(False, 0, "not connected yet"))
@@ -109,38 +105,33 @@ class RemoteEngine:
         return asyncio.run_coroutine_threadsafe(self._send(cmd), loop)
 
     # -- the client thread ----------------------------------------------------------------------
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = stopping = asyncio.Event()
-        backoff = FIRST_BACKOFF_S
-        while not stopping.is_set():
+    async def _main(self, stopping: asyncio.Event) -> None:
+        def lost(exc: aiomqtt.MqttError) -> None:
+            self.error = str(exc)
+
+        async def session(client: aiomqtt.Client) -> None:
             try:
-                async with connection(**self.address.client_kwargs(), keepalive=5,
-                                          max_queued_incoming_messages=10_000) as client:
-                    await client.subscribe([(self.topics.telemetry, 0), (self.topics.events, 1),
-                                            (self.topics.engine_state, 1)])
-                    self._client = client
-                    self.connected.set()
-                    self.error = ""
-                    backoff = FIRST_BACKOFF_S
-                    reader = asyncio.create_task(self._read(client))
-                    stop = asyncio.create_task(stopping.wait())
-                    done, _ = await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
-                    for t in (reader, stop):
-                        t.cancel()
-                    for t in (reader, stop):
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await t
-                    if reader in done and reader.exception() is not None:
-                        raise reader.exception()  # type: ignore[misc]  # an MqttError: reconnect
-            except aiomqtt.MqttError as exc:
-                self.error = str(exc)
+                await client.subscribe([(self.topics.telemetry, 0), (self.topics.events, 1),
+                                        (self.topics.engine_state, 1)])
+                self._client = client
+                self.connected.set()
+                self.error = ""
+                reader = asyncio.create_task(self._read(client))
+                stop = asyncio.create_task(stopping.wait())
+                done, _ = await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+                for t in (reader, stop):
+                    t.cancel()
+                for t in (reader, stop):
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+                if reader in done and reader.exception() is not None:
+                    raise reader.exception()  # type: ignore[misc]  # an MqttError: reconnect
             finally:
                 self._client = None
                 self.connected.clear()
-            if stopping.is_set():
-                return
-            backoff = await wait_backoff(stopping, backoff)
+
+        await keep_connected(stopping, lambda: {**self.address.client_kwargs(), "keepalive": 5,
+                                                "max_queued_incoming_messages": 10_000}, session, lost)
 
     async def _read(self, client: Any) -> None:
         async for message in client.messages:
