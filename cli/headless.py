@@ -89,7 +89,7 @@ def summary_table(report: RunReport) -> Table:
         refused = sum(control.commands_refused.values())
         t.add_row("control plane", f"{control.broker or 'no broker'}: {control.commands_applied} command(s) applied, "
                   f"{refused} refused, {sum(control.dropped.values())} message(s) dropped, "
-                  f"{len(control.workers_lost)} worker(s) lost" + (f" ({control.error})" if control.error else ""))
+                  f"{control.workers_lost_count} worker(s) lost" + (f" ({control.error})" if control.error else ""))
     for fail in report.failures[:_SHOWN_FAILURES]:
         t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
     if len(report.failures) > _SHOWN_FAILURES:

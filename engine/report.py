@@ -140,7 +140,10 @@ class ReportControl(_Frozen):
     dropped: dict[str, int]
     """Messages dropped at the socket, by reason."""
     workers_lost: list[str]
-    """Workers convicted dead during the run."""
+    """Workers convicted dead during the run (the last 1 000 of them). A worker known only from
+    what an earlier run left on the broker is never one."""
+    workers_lost_count: int = 0
+    """All the workers convicted dead during the run (one forgotten and born again counts again)."""
     error: str = ""
     lag_holds: int = 0
     """Times the monitor's input ran a second or more behind, so that it held silence verdicts."""
@@ -260,7 +263,8 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
     control = None if plane is None else ReportControl(
         broker=plane.address.url if plane.address else "", connected=plane.connected.is_set(),
         commands_applied=plane.applied, commands_refused=dict(plane.refused), dropped=plane.dropped.counts(),
-        workers_lost=sorted({v.worker_id for v in list(plane.verdicts) if v.kind == "dead"}), error=plane.error,
+        workers_lost=sorted(plane.workers_lost()), workers_lost_count=plane.monitor.counters.workers_lost,
+        error=plane.error,
         lag_holds=plane.lag.holds, worst_input_lag_s=plane.lag.worst_s)
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,

@@ -218,6 +218,10 @@ class ControlView:
     #: Whether worker messages are signed (a secret is set): without, anyone who can publish to the
     #: broker can forge a worker's birth, heartbeat or death (engine/control/worker_auth.py).
     workers_signed: bool = True
+    #: Workers of this run convicted dead, and worker records forgotten (dead, or never heard, for
+    #: the monitor's ``forget_after_s``, or to make room under its ``max_workers``).
+    workers_lost: int = 0
+    workers_forgotten: int = 0
 
 
 @dataclass(frozen=True, slots=True)

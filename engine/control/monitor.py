@@ -6,6 +6,17 @@ The decisions this module protects (DESIGN.md section 5):
   comes first. Each epoch of a worker is convicted at most once.
 - **Epochs fence**: a birth, heartbeat or death from an older epoch than the newest one known is
   counted and ignored; a birth with a newer epoch starts the worker afresh, even from the dead.
+  A death of an epoch never born here fences nothing: it is refused (``unborn``).
+- **Records are bounded**: only a birth makes a record (a heartbeat or death of an unknown worker
+  is refused as ``unborn``); a worker dead for ``forget_after_s`` is forgotten; and a birth that
+  would pass ``max_workers`` forgets the oldest dead record first (else one of a worker known only
+  from a retained birth and unheard for longer than a live worker could be), or is refused
+  (``too_many_workers``). A record whose worker may be alive is never taken to make room: its
+  heartbeats would no longer be heard.
+- **This run's workers only**: a worker known only from a retained birth (the broker's memory of
+  an earlier connection) is shown stale and never convicted for its silence; it becomes this run's
+  once heard (a heartbeat, or a birth sent while we listen). Its death, or its forgetting, is no
+  verdict and no loss: only this run's workers are lost.
 - **Broker lost**: while the monitor is itself disconnected it convicts nobody and shows every
   living worker as stale. After it reconnects, silence is counted from the reconnection, and nobody
   is convicted for silence during a grace period in which workers re-birth.
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -41,6 +53,7 @@ from .phi import PhiAccrual
 __all__ = [
     "MonitorConfig",
     "MonitorCounters",
+    "Refusal",
     "Verdict",
     "VerdictKind",
     "VerdictReason",
@@ -86,6 +99,14 @@ class MonitorConfig(BaseModel):
     """Heartbeat intervals each detector remembers."""
     min_samples: int = Field(default=3, ge=1)
     """Intervals needed before a worker is judged by its own rhythm rather than ``interval_s``."""
+    forget_after_s: float = Field(default=300.0, gt=0)
+    """A worker dead this long is forgotten (its record goes; a dead worker holds no work: its
+    leases were taken back when it was convicted), as is one known only from a retained birth and
+    not heard for this long."""
+    max_workers: int = Field(default=10_000, ge=1)
+    """Worker records kept at most. A new worker's birth beyond it forgets the oldest dead record,
+    else the oldest known only from a retained birth and unheard past its grace and backstop, else
+    it is refused."""
 
     @model_validator(mode="after")
     def _ordered(self) -> MonitorConfig:
@@ -119,6 +140,9 @@ class VerdictKind(enum.StrEnum):
 
 
 VerdictReason = Literal["will", "graceful", "silent", "stuck", "progress", "idle", "rebirth"]
+#: Why an event made no change: the worker (or that epoch of it) was never born here, or a new
+#: worker's birth found every record in use.
+Refusal = Literal["unborn", "too_many_workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +198,15 @@ class MonitorCounters:
     duplicate_heartbeats: int
     #: Heartbeats from an epoch already convicted (a frozen process that woke up).
     after_conviction: int
+    #: Heartbeats and deaths of a worker, or an epoch of it, never born here.
+    unborn: int = 0
+    #: Births of new workers refused because every record was in use (``max_workers``).
+    too_many_workers: int = 0
+    #: Records forgotten: dead (or never heard) for ``forget_after_s``, or to make room.
+    forgotten: int = 0
+    #: Workers of this run convicted, each once per record (a worker forgotten and born again
+    #: counts again).
+    workers_lost: int = 0
 
 
 class _Worker:
@@ -192,7 +225,9 @@ class _Worker:
         "last_hb",
         "last_seen",
         "last_seq",
+        "lost",
         "missed",
+        "ours",
         "progress",
         "stuck_since",
         "worker_id",
@@ -217,13 +252,18 @@ class _Worker:
         self.stuck_since = 0.0
         self.hung_due = _NEVER
         self.hung_since: float | None = None
+        #: Heard in this run (a birth sent while we listened, or a heartbeat), this epoch or before.
+        self.ours = False
+        #: Convicted once already (counted in ``workers_lost``), this epoch or before.
+        self.lost = False
 
 
 class WorkerMonitor:
     """Judges every worker from the events fed to it; ``tick`` returns the verdicts.
 
     Call ``on_connection(True, now)`` on every successful connection to the broker, the first
-    included: retained births of workers long gone then get the same grace as everyone else.
+    included, and pass ``retained=True`` for the retained births the broker then hands over: those
+    of workers long gone make stale records, convicted never and forgotten in time.
     """
 
     def __init__(self, config: MonitorConfig | None = None) -> None:
@@ -243,6 +283,16 @@ class WorkerMonitor:
         self._missed = 0
         self._duplicates = 0
         self._after_conviction = 0
+        self._unborn = 0
+        self._too_many = 0
+        self._forgotten_count = 0
+        self._lost = 0
+        #: Records of dead workers, and of workers known only from a retained birth, by when they
+        #: became so, oldest first: forgotten after ``forget_after_s``, or to make room.
+        self._dead: OrderedDict[str, float] = OrderedDict()
+        self._unheard: OrderedDict[str, float] = OrderedDict()
+        #: Forgotten since ``take_forgotten`` was last called.
+        self._forgotten: list[str] = []
         #: No live worker's silence or stuck deadline falls before this (a lower bound: a deadline
         #: set earlier lowers it; ``tick`` sets it exactly after each scan).
         self._next_check = -_NEVER
@@ -256,42 +306,61 @@ class WorkerMonitor:
         info: Mapping[str, object] | None = None,
         *,
         interval_s: float | None = None,
-    ) -> None:
+        retained: bool = False,
+    ) -> Refusal | None:
         """A worker (re)connected with ``epoch``; ``interval_s`` is the heartbeat interval it
         promises. A newer epoch starts it afresh (back to life if it was dead; a quarantine stays);
         the same epoch again (a retained birth redelivered) only fills in details and is no sign of
-        life; an older one is counted and ignored."""
+        life; an older one is counted and ignored. A ``retained`` birth (the broker's copy, handed
+        over when we subscribed) of a worker not heard in this run is no sign of life either: its
+        worker is stale until heard. Returns why the birth was refused, if it was."""
         w = self._workers.get(worker_id)
         if w is not None and epoch < w.epoch:
             self._stale_epoch += 1
-            return
+            return None
         if w is not None and epoch == w.epoch:
             if not w.info and info:
                 w.info = MappingProxyType(dict(info))
-            return
-        w = self._begin(worker_id, epoch, now, interval_s)
+            return None
+        if w is None and len(self._workers) >= self.config.max_workers and not self._make_room(now):
+            self._too_many += 1
+            return "too_many_workers"
+        w = self._begin(worker_id, epoch, now, interval_s, heard=not retained)
         if info:
             w.info = MappingProxyType(dict(info))
-        w.last_seen = now
-        self._arm_silence(w, now)
+        if w.ours:
+            w.last_seen = now
+            self._arm_silence(w, now)
+        else:
+            self._unheard[worker_id] = now
+        return None
 
-    def on_heartbeat(self, worker_id: str, epoch: int, seq: int, progress: int, now: float, busy: bool) -> None:
+    def on_heartbeat(
+        self, worker_id: str, epoch: int, seq: int, progress: int, now: float, busy: bool
+    ) -> Refusal | None:
         """A heartbeat: ``seq`` wraps at 256, ``progress`` counts finished batches, ``busy`` says
-        the worker holds leased work. A newer epoch than known stands in for a birth not yet seen."""
+        the worker holds leased work. A newer epoch than known stands in for a birth not yet seen;
+        a worker never born here is refused (``unborn``)."""
         w = self._workers.get(worker_id)
-        if w is None or epoch > w.epoch:
-            w = self._begin(worker_id, epoch, now, None)
+        if w is None:
+            self._unborn += 1
+            return "unborn"
+        if epoch > w.epoch:
+            w = self._begin(worker_id, epoch, now, None, heard=True)
         elif epoch < w.epoch:
             self._stale_epoch += 1
-            return
+            return None
         if w.convicted_at is not None:
             self._after_conviction += 1
-            return
+            return None
+        if not w.ours:  # known from a retained birth: alive after all, and this run's
+            w.ours = True
+            self._unheard.pop(worker_id, None)
         if w.last_seq is not None:
             step = (seq - w.last_seq) % _SEQ_MOD
             if step == 0:
                 self._duplicates += 1
-                return
+                return None
             w.missed += step - 1
             self._missed += step - 1
         w.last_seq = seq
@@ -308,18 +377,21 @@ class WorkerMonitor:
         if due < self._next_check:  # noqa: PLR1730 - min() is a call more, on every heartbeat
             self._next_check = due
         self._track_progress(w, progress, busy, now)
+        return None
 
-    def on_death(self, worker_id: str, epoch: int, now: float, graceful: bool) -> None:
+    def on_death(self, worker_id: str, epoch: int, now: float, graceful: bool) -> Refusal | None:
         """A Last Will (``graceful`` false) or goodbye: that epoch is dead at once. An older epoch's
-        death is counted and ignored; a newer epoch's, never born here, is recorded dead."""
+        death is counted and ignored; one of a worker or epoch never born here is refused
+        (``unborn``): it would fence a later real birth of that worker."""
         w = self._workers.get(worker_id)
         if w is None or epoch > w.epoch:
-            w = self._begin(worker_id, epoch, now, None)
-        elif epoch < w.epoch:
+            self._unborn += 1
+            return "unborn"
+        if epoch < w.epoch:
             self._stale_epoch += 1
-            return
-        if w.convicted_at is None:
+        elif w.convicted_at is None:
             self._convict(w, now, "graceful" if graceful else "will")
+        return None
 
     def on_connection(self, connected: bool, now: float) -> None:
         """The monitor's own broker connection went up or down."""
@@ -376,9 +448,14 @@ class WorkerMonitor:
     # -- judgement ---------------------------------------------------------------------------------
     def tick(self, now: float) -> list[Verdict]:
         """Judge silence and stuck work at ``now``; return every verdict since the last tick
-        (deaths from ``on_death`` and recoveries from heartbeats included), oldest first."""
+        (deaths from ``on_death`` and recoveries from heartbeats included), oldest first. Records
+        idle for ``forget_after_s`` are forgotten (``take_forgotten`` says which)."""
         out = self._pending
         self._pending = []
+        cutoff = now - self.config.forget_after_s
+        for idle in (self._dead, self._unheard):
+            while idle and next(iter(idle.values())) <= cutoff:
+                self._forget(next(iter(idle)))
         if not self._connected or now < self._next_check:
             return out
         judge_silence = now >= self._grace_until
@@ -447,7 +524,22 @@ class WorkerMonitor:
             missed_heartbeats=self._missed,
             duplicate_heartbeats=self._duplicates,
             after_conviction=self._after_conviction,
+            unborn=self._unborn,
+            too_many_workers=self._too_many,
+            forgotten=self._forgotten_count,
+            workers_lost=self._lost,
         )
+
+    def epoch_of(self, worker_id: str) -> int | None:
+        """The epoch of the worker's record; None when it has none (never born here, or forgotten)."""
+        w = self._workers.get(worker_id)
+        return None if w is None else w.epoch
+
+    def take_forgotten(self) -> list[str]:
+        """The workers forgotten since the last call, oldest first: whatever else remembers them
+        (the MQTT side's last heartbeat, a retained death it published) can forget them too."""
+        out, self._forgotten = self._forgotten, []
+        return out
 
     @property
     def lagging(self) -> bool:
@@ -460,8 +552,9 @@ class WorkerMonitor:
         return self._connected
 
     # -- internals ---------------------------------------------------------------------------------
-    def _begin(self, worker_id: str, epoch: int, now: float, interval_s: float | None) -> _Worker:
-        """A new epoch of a worker (or a worker first heard): a fresh record and detector."""
+    def _begin(self, worker_id: str, epoch: int, now: float, interval_s: float | None, *, heard: bool) -> _Worker:
+        """A new epoch of a worker (or a worker first heard): a fresh record and detector. ``heard``:
+        a sign of life in this run (else a retained birth: this run's only if the worker was)."""
         cfg = self.config
         old = self._workers.get(worker_id)
         interval = interval_s if interval_s is not None and interval_s > 0 else cfg.interval_s
@@ -477,9 +570,35 @@ class WorkerMonitor:
         )
         w = _Worker(worker_id, epoch, accrual, cfg.backstop_s * scale)
         self._workers[worker_id] = w
-        if old is not None and (old.convicted_at is not None or old.hung_since is not None):
-            self._emit(w, VerdictKind.RECOVERED, "rebirth", now)
+        self._dead.pop(worker_id, None)
+        self._unheard.pop(worker_id, None)
+        w.ours = heard or (old is not None and old.ours)
+        if old is not None:
+            w.lost = old.lost
+            if old.ours and (old.convicted_at is not None or old.hung_since is not None):
+                self._emit(w, VerdictKind.RECOVERED, "rebirth", now)
         return w
+
+    def _make_room(self, now: float) -> bool:
+        """Forget the oldest dead record for a new worker's, else the oldest known only from a
+        retained birth and unheard for longer than a live worker could be (never while the input
+        lags); False when every record is in use."""
+        if self._dead:
+            self._forget(next(iter(self._dead)))
+            return True
+        if self._unheard and not self.lagging:
+            wid, since = next(iter(self._unheard.items()))
+            if since + self.config.grace_s + self._workers[wid].backstop_s <= now:
+                self._forget(wid)
+                return True
+        return False
+
+    def _forget(self, worker_id: str) -> None:
+        del self._workers[worker_id]
+        self._dead.pop(worker_id, None)
+        self._unheard.pop(worker_id, None)
+        self._forgotten.append(worker_id)
+        self._forgotten_count += 1
 
     def _budget(self, w: _Worker) -> float:
         """Silence after which the worker is convicted unless it is heard: phi's or the backstop's."""
@@ -541,6 +660,13 @@ class WorkerMonitor:
         w.convicted_at = now
         w.due = w.hung_due = _NEVER
         w.hung_since = None
+        self._unheard.pop(w.worker_id, None)
+        self._dead[w.worker_id] = now
+        if not w.ours:  # known only from the broker's memory: no loss of this run, no verdict
+            return
+        if not w.lost:
+            w.lost = True
+            self._lost += 1
         self._pending.append(Verdict(w.worker_id, w.epoch, VerdictKind.DEAD, reason, now, phi, silence))
 
     def _deadline(self, worker_id: str) -> float:

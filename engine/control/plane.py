@@ -16,6 +16,12 @@ The decisions this module protects:
   queue that drops the oldest (per-task events first) when full (engine/control/outbox.py).
 - A worker convicted for silence is told so by a retained death for that epoch on its own death
   topic: if it is alive after all, it is born again under a new epoch (engine/control/heartbeat.py).
+  Only a worker heard in this run is convicted, so nothing is retained for a ghost never born or a
+  worker of an earlier run; the plane clears the death it retained (an empty retained message) once
+  the worker is born again or forgotten, so a later engine never reads it as a loss.
+- Whatever the plane keeps per worker goes when the monitor forgets the worker
+  (engine/control/monitor.py bounds the records); the report names at most the last 1 000 workers
+  lost and counts them all.
 - While the plane is itself disconnected the monitor convicts nobody (it marks workers stale);
   nor while its input runs behind, which the engine's own workers' heartbeats measure
   (engine/control/lag.py).
@@ -25,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -38,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiomqtt
+from pydantic_core import from_json
 
 from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
@@ -51,6 +58,7 @@ from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, summarize
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import (
+    MAX_BYTES,
     Birth,
     Death,
     DropCounter,
@@ -70,6 +78,8 @@ __all__ = ["ControlPlane", "ControlSettings"]
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
 _MAX_NONCE = 64
+#: Workers lost named in the report (the latest); all of them are counted.
+_LOST_NAMES = 1000
 #: Long-lived publishers draining the event queue, so at most this many QoS-1 events await their
 #: acknowledgement at once (aiomqtt warns above 10 pending calls, telemetry's and deaths' included).
 _EVENT_PUBLISHERS = 4
@@ -150,6 +160,11 @@ class ControlPlane:
         self._command_tasks: set[asyncio.Task[None]] = set()
         #: Silent convictions to tell their workers (a retained death on each one's death topic).
         self._pending_deaths: list[Verdict] = []
+        #: Workers with a death we retained for them, by its epoch; and those to clear it for.
+        self._retained: dict[str, int] = {}
+        self._clears: dict[str, None] = {}
+        #: Workers lost in this run, the latest last (at most _LOST_NAMES; the monitor counts all).
+        self.lost: dict[str, None] = {}
         #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
         self._wills: dict[str, tuple[int, float]] = {}
         #: Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``).
@@ -160,6 +175,8 @@ class ControlPlane:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = time.time()
+        #: When the current connection's subscriptions took effect (monotonic; inf while there is none).
+        self._listening_since = math.inf
 
     # -- lifecycle (engine thread) ------------------------------------------------------------
     def start(self) -> None:
@@ -188,6 +205,7 @@ class ControlPlane:
 
     def view(self) -> ControlView:
         """What the snapshot and telemetry show of the plane (any thread)."""
+        counted = self.monitor.counters
         return ControlView(
             broker=self.address.url if self.address is not None else "",
             error=self.error,
@@ -199,6 +217,8 @@ class ControlPlane:
             input_lag_s=self.lag.lag_s,
             lag_holds=self.lag.holds,
             workers_signed=self.settings.secret is not None,
+            workers_lost=counted.workers_lost,
+            workers_forgotten=counted.forgotten,
         )
 
     # -- the control thread -------------------------------------------------------------------
@@ -294,6 +314,8 @@ class ControlPlane:
         tp = self.topics
         await client.subscribe([(tp.every_worker("hb"), 0), (tp.every_worker("birth"), 1),
                                 (tp.every_worker("death"), 1), (tp.cmd, 1)])
+        # Heartbeats sent before this never came: our input is not behind for them.
+        self._listening_since = time.monotonic()
         self.connected.set()
         self.error = ""
         stop = asyncio.create_task(stopping.wait(), name="wd-plane-stop")
@@ -341,7 +363,7 @@ class ControlPlane:
             self._drop("wrong_topic", topic)
             return
         wid, which = parsed
-        if not payload and retain:  # a cleared retained message: nothing to learn
+        if not payload and (retain or which != "hb"):  # a retained birth or death cleared: nothing to learn
             return
         try:
             msg = decode(payload, _WORKER_KINDS[which])
@@ -355,27 +377,48 @@ class ControlPlane:
         if getattr(msg, "worker", wid) != wid:
             self._drop("wrong_topic", f"worker {getattr(msg, 'worker', '')!r} on {wid!r}'s topic")
             return
-        if isinstance(msg, Heartbeat | Birth | Death):
-            refused = self.worker_auth.accept(msg)
-            if refused is not None:  # never acted on, never a record
-                self._drop(refused, f"{msg.kind} of {wid!r} (epoch {msg.epoch})")
-                return
+        if not isinstance(msg, Heartbeat | Birth | Death):  # decode hands out no other kind here
+            return
+        refused = self.worker_auth.accept(msg)
+        if refused is None:
+            refused = self._to_monitor(wid, msg, now, retained)
+        if refused is not None:  # never acted on, never a record
+            self._drop(refused, f"{msg.kind} of {wid!r} (epoch {msg.epoch})")
+
+    def _to_monitor(self, wid: str, msg: Heartbeat | Birth | Death, now: float, retained: bool) -> str | None:
+        """Hand a verified worker message to the monitor; why it was refused, if it was."""
+        refused: str | None = None
         if isinstance(msg, Heartbeat):
-            self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
-            self._heard[wid] = msg
+            refused = self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
+            if refused is None:
+                self._heard[wid] = msg
             if wid in self.heartbeaters:
+                # Read, if not taken: just after we subscribe, a heartbeat may overtake its retained
+                # birth (sent at QoS 1, behind the broker's in-flight window). Our own worker's birth
+                # is surely on its way: no drop to report.
                 self.lag.on_heard(wid, msg.epoch, msg.seq)
+                refused = None
         elif isinstance(msg, Birth):
             self._wills.pop(wid, None)
-            self.monitor.on_birth(wid, msg.epoch, now, info=msg.model_dump(exclude={"kind", "v", "worker", "epoch"}),
-                                  interval_s=msg.interval_s)
-        elif isinstance(msg, Death):
-            if msg.graceful or retained:
-                self.monitor.on_death(wid, msg.epoch, now, graceful=msg.graceful)
-            else:
-                # A broker that shuts down sends every client's Will (Mosquitto does) just before it
-                # drops us: hold a Will briefly and drop it if our own connection goes too.
-                self._wills[wid] = (msg.epoch, now)
+            # Our own worker's birth of this run is this run's, however it reached us; an earlier
+            # run's (an older epoch under the same id) is not.
+            ours = wid in self.heartbeaters and msg.epoch >= self.epoch_of(wid) > 0
+            refused = self.monitor.on_birth(wid, msg.epoch, now, interval_s=msg.interval_s,
+                                            retained=retained and not ours,
+                                            info=msg.model_dump(exclude={"kind", "v", "worker", "epoch"}))
+            if refused is None and msg.epoch > self._retained.get(wid, msg.epoch):
+                del self._retained[wid]  # born again: the death we retained for it is stale
+                self._clears[wid] = None
+            self._forget(self.monitor.take_forgotten())  # records it forgot to make room
+        elif msg.graceful or retained:
+            refused = self.monitor.on_death(wid, msg.epoch, now, graceful=msg.graceful)
+        elif (known := self.monitor.epoch_of(wid)) is None or msg.epoch > known:
+            refused = "unborn"  # a Will of an epoch never born here: not worth holding
+        else:
+            # A broker that shuts down sends every client's Will (Mosquitto does) just before it
+            # drops us: hold a Will briefly and drop it if our own connection goes too.
+            self._wills[wid] = (msg.epoch, now)
+        return refused
 
     def _drop(self, err: WireError | str, detail: str = "") -> None:
         """Count a dropped message by reason; its reason's event waits for that reason's turn."""
@@ -421,10 +464,16 @@ class ControlPlane:
         then what the queue holds, for at most ``limit_s``."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancellation (3.11)
-                # At once, not one acknowledgement after another: a flood may still be read
-                # between them, and the last summaries are the counts a listener adds up.
-                await asyncio.gather(*(client.publish(self.topics.events, encode(ev), qos=1)
-                                       for ev in self.summaries.due(force=True)))
+                # Several at once, not one acknowledgement after another: a flood may still be read
+                # between them, and the last summaries are the counts a listener adds up. As many as
+                # the event publishers (aiomqtt warns past 10 publishes awaiting acknowledgement).
+                room = asyncio.Semaphore(_EVENT_PUBLISHERS)
+
+                async def publish(ev: Event) -> None:
+                    async with room:
+                        await client.publish(self.topics.events, encode(ev), qos=1)
+
+                await asyncio.gather(*(publish(ev) for ev in self.summaries.due(force=True)))
                 while len(self.events):
                     await client.publish(self.topics.events, encode(await self.events.get()), qos=1)
 
@@ -460,6 +509,9 @@ class ControlPlane:
                 why = f"convicted: silent for {v.silence_s or 0:.1f} s"
                 death = sign_worker(self.settings.secret, Death(worker=v.worker_id, epoch=v.epoch, reason=why))
                 await client.publish(self.topics.worker(v.worker_id, "death"), encode(death), qos=1, retain=True)
+            clears, self._clears = self._clears, {}
+            for wid in clears:  # after the deaths: a worker convicted and re-born at once is cleared too
+                await client.publish(self.topics.worker(wid, "death"), b"", qos=1, retain=True)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period):  # not wait_for: it can swallow a cancellation (3.11)
                     await stopping.wait()
@@ -475,7 +527,8 @@ class ControlPlane:
         for wid, (epoch, heard) in list(self._wills.items()):
             if now - heard >= hold:
                 del self._wills[wid]
-                self.monitor.on_death(wid, epoch, now, graceful=False)
+                if self.monitor.on_death(wid, epoch, now, graceful=False) is not None:  # forgotten meanwhile
+                    self._drop("unborn", f"death of {wid!r} (epoch {epoch})")
 
     async def _tick_loop(self, stopping: asyncio.Event) -> None:
         views_every = 1.0 / self.settings.views_hz
@@ -486,13 +539,14 @@ class ControlPlane:
                 self._release_wills(now)
             self._measure_lag(now)
             verdicts = self.monitor.tick(now)
+            self._forget(self.monitor.take_forgotten())
             for ev in self.summaries.due():
                 self.events.put(ev)
             for verdict in verdicts:
                 self.verdicts.append(verdict)
                 self.events.put(_verdict_event(verdict))
-                if verdict.kind == "dead" and verdict.reason == "silent":
-                    self._pending_deaths.append(verdict)
+                if verdict.kind == "dead":
+                    self._lost(verdict)
                 if self._on_verdict is not None and self._engine_loop is not None:
                     with contextlib.suppress(RuntimeError):  # the engine's loop has ended
                         self._engine_loop.call_soon_threadsafe(self._on_verdict, verdict)
@@ -504,19 +558,47 @@ class ControlPlane:
                 async with asyncio.timeout(self.settings.tick_s):  # not wait_for (see above)
                     await stopping.wait()
 
+    def _lost(self, verdict: Verdict) -> None:
+        wid = verdict.worker_id
+        self.lost.pop(wid, None)
+        self.lost[wid] = None
+        if len(self.lost) > _LOST_NAMES:
+            del self.lost[next(iter(self.lost))]
+        if verdict.reason == "silent":
+            self._pending_deaths.append(verdict)
+            self._retained[wid] = verdict.epoch
+
+    def _forget(self, workers: list[str]) -> None:
+        """The monitor forgot these workers: so does everything here that remembers them."""
+        for wid in workers:
+            self._heard.pop(wid, None)
+            self.worker_auth.forget(wid)
+            if self._retained.pop(wid, None) is not None:
+                self._clears[wid] = None
+
     def _measure_lag(self, now: float) -> None:
         # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.
         # tuple() copies the deque the heartbeat's thread appends to in one step (it holds the GIL).
-        outboxes = [(wid, tuple(h.outbox)) for wid, h in self.heartbeaters.items() if h.connected.is_set()]
+        # Heartbeats sent before the plane listened (at start, or while it reconnected) never come.
+        since = self._listening_since
+        outboxes = [(wid, tuple(sent for sent in h.outbox if sent[2] >= since))
+                    for wid, h in self.heartbeaters.items() if h.connected.is_set()]
         change = self.lag.update(outboxes, now)
         if change is None:
             return
         self.monitor.on_input_lag(change.holding, now, since=now - change.lag_s)
-        if change.holding:
-            _log.warning("control plane: input %.2f s behind; that time is nobody's silence until it catches up",
-                         change.lag_s)
+        if change.holding:  # a defence at work, counted in the report (lag_holds): not a fault to tell
+            _log.info("control plane: input %.2f s behind; that time is nobody's silence until it catches up",
+                      change.lag_s)
         else:
             _log.info("control plane: input caught up (%.2f s behind)", change.lag_s)
+
+    def workers_lost(self) -> list[str]:
+        """The workers lost in this run, the latest 1 000 (any thread)."""
+        for _ in range(3):
+            with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
+                return list(self.lost)
+        return []
 
     def heard(self) -> dict[str, Heartbeat]:
         """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
@@ -540,9 +622,11 @@ def _direct_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Qu
 
 def _nonce_of(payload: bytes | bytearray) -> str:
     """The nonce of a command payload, if it has a usable one (to tag the answer), else ""."""
+    if len(payload) > MAX_BYTES["cmd"]:  # refused as oversized: never parsed whole
+        return ""
     try:
-        obj = json.loads(payload)
-    except (ValueError, RecursionError):
+        obj = from_json(payload)
+    except ValueError:
         return ""
     nonce = obj.get("nonce") if isinstance(obj, dict) else None
     return nonce if isinstance(nonce, str) and len(nonce) <= _MAX_NONCE and nonce.isalnum() else ""

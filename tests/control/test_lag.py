@@ -135,6 +135,7 @@ def test_the_time_the_input_lagged_is_nobodys_silence() -> None:
 
 def test_short_lags_over_and_over_only_slow_a_conviction_down() -> None:
     mon = WorkerMonitor(MonitorConfig())
+    mon.on_birth("w", 1, 0.0)
     _steady(mon, "w", 5.0)  # then frozen
     t, convicted = 5.0, None
     while t < 12.0 and convicted is None:
@@ -150,6 +151,7 @@ def test_short_lags_over_and_over_only_slow_a_conviction_down() -> None:
 
 def test_a_will_convicts_even_while_the_input_lags() -> None:
     mon = WorkerMonitor(MonitorConfig())
+    mon.on_birth("w", 1, 0.0)
     _steady(mon, "w", 2.0)
     mon.on_input_lag(True, 2.2)
     mon.on_death("w", 1, 2.3, graceful=False)
@@ -158,6 +160,7 @@ def test_a_will_convicts_even_while_the_input_lags() -> None:
 
 def test_heartbeats_heard_during_the_lag_keep_counting() -> None:
     mon = WorkerMonitor(MonitorConfig())
+    mon.on_birth("w", 1, 0.0)
     _steady(mon, "w", 5.0)
     mon.on_input_lag(True, 5.5, since=5.1)
     _steady(mon, "w", 9.0, start=8.0)  # the backlog arrives
