@@ -35,7 +35,7 @@ import numpy as np
 from _common import print_table, verdict, write_json
 
 from warpdeck.engine.api import Drain, Engine, IterableSource, parse_spec
-from warpdeck.engine.journal import Journal
+from warpdeck.engine.edges.journal import Journal
 
 JOURNAL_STOP_S = 1.0
 OUTAGE_END_S = 2.0 + 0.1 + 0.5  # the backoff's longest wait, a fault tick, a batch

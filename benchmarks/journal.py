@@ -27,8 +27,8 @@ import numpy as np
 from _common import print_table, verdict, write_json
 from overlap import COMPUTE_S, load_schedule, run_warpdeck
 
-from warpdeck.engine.journal import Journal, SpecIdentity
-from warpdeck.engine.tasks import TaskTable
+from warpdeck.engine.edges.journal import Journal, SpecIdentity
+from warpdeck.engine.state.tasks import TaskTable
 
 TARGET = 0.95
 

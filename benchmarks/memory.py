@@ -1,7 +1,7 @@
 """Memory of a million queued tasks, and the cost of snapshotting their state.
 
 In a fresh subprocess (so nothing else's allocations count): import the engine, read the resident
-set size, build a ``warpdeck.engine.tasks.TaskTable`` and add 1 000 000 queued tasks (keys
+set size, build a ``warpdeck.engine.state.tasks.TaskTable`` and add 1 000 000 queued tasks (keys
 ``task-00000000``..., 4096 input bytes each) in chunks of 10 000, and read the RSS again. The key
 strings are created by the loop and kept only by the table, so they count: they are part of what
 a million queued tasks cost.
@@ -51,7 +51,7 @@ def child(n: int) -> dict[str, Any]:
     import numpy as np  # noqa: PLC0415
 
     from warpdeck.engine.api import Engine, IterableSource, parse_spec  # noqa: PLC0415
-    from warpdeck.engine.tasks import TaskTable  # noqa: PLC0415
+    from warpdeck.engine.state.tasks import TaskTable  # noqa: PLC0415
 
     before = _rss_bytes()
     t0 = time.perf_counter()

@@ -37,7 +37,7 @@ from _common import print_table, verdict, write_json
 from _stages import BatchSleepSink, ScheduledSource
 
 from warpdeck.engine.api import Engine, RunReport, parse_spec
-from warpdeck.engine.sources import TaskInput
+from warpdeck.engine.edges.sources import TaskInput
 
 BATCH = 32
 SHAPE = (256,)

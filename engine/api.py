@@ -10,8 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from warpdeck.engine.backends import Backend, BackendError, select_backend
-from warpdeck.engine.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
-from warpdeck.engine.commands import (
+from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.looping import LoopThread
+from warpdeck.engine.control.plane import ControlSettings
+from warpdeck.engine.control.remote import RemoteEngine, read_recording
+from warpdeck.engine.control.signing import load_secret
+from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
+from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import IterableSource, Source
+from warpdeck.engine.run.commands import (
     COMMAND_ADAPTER,
     Cancel,
     Command,
@@ -25,21 +34,13 @@ from warpdeck.engine.commands import (
     RetryFailed,
     SetDepth,
 )
-from warpdeck.engine.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
-from warpdeck.engine.control.broker import BrokerAddress, parse_broker
-from warpdeck.engine.control.looping import LoopThread
-from warpdeck.engine.control.plane import ControlSettings
-from warpdeck.engine.control.remote import RemoteEngine, read_recording
-from warpdeck.engine.control.signing import load_secret
-from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
-from warpdeck.engine.journal import JournalError, RunDirError, SpecMismatch
-from warpdeck.engine.metrics import Figures
-from warpdeck.engine.outage import OutageView
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
-from warpdeck.engine.run import Engine
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.snapshot import (
+from warpdeck.engine.run.engine import Engine
+from warpdeck.engine.run.outage import OutageView
+from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
+from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
+from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
     EngineSnapshot,
@@ -53,8 +54,7 @@ from warpdeck.engine.snapshot import (
     TaskView,
     WorkerView,
 )
-from warpdeck.engine.sources import IterableSource, Source
-from warpdeck.engine.tasks import ALL_QUARANTINED, Phase, StallReason, State, TaskAttempt
+from warpdeck.engine.state.tasks import ALL_QUARANTINED, Phase, StallReason, State, TaskAttempt
 
 __all__ = [
     "ALL_QUARANTINED",

@@ -1,7 +1,7 @@
 """Which task rows stand in which board column, derived from one snapshot.
 
 The decision this module protects: each task stands in exactly one column (the engine's rule,
-``engine/board_columns.py``, which telemetry's column samples follow too), so the column counts
+``engine/state/board_columns.py``, which telemetry's column samples follow too), so the column counts
 add up to the tasks known, and the lists are index arrays into the snapshot's columns, never
 Python objects per task.
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = [
     "Backend",

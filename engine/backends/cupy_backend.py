@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import BackendError, DeviceEvent, Marker, StreamSet
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["CupyBackend", "cupy_unavailable_reason"]
 

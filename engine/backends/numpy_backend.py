@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["NumpyBackend"]
 

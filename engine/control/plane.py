@@ -46,7 +46,6 @@ from typing import Any
 import aiomqtt
 from pydantic_core import from_json
 
-from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.lag import InputLag
@@ -70,7 +69,8 @@ from warpdeck.engine.control.wire import (
     encode,
 )
 from warpdeck.engine.control.worker_auth import WorkerAuth, sign_worker
-from warpdeck.engine.snapshot import ControlView, EngineSnapshot
+from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
 

@@ -25,15 +25,15 @@ from typing import IO, Any
 
 import aiomqtt
 
-from warpdeck.engine.commands import Command, CommandResult
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.looping import LoopThread, keep_connected
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.snapshot import EngineSnapshot, TaskDetail
+from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
 
 __all__ = ["RemoteEngine", "read_recording"]
 

@@ -14,11 +14,11 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.board_columns import CANCELLED, DONE, FAILED, STALLED, column_codes
 from warpdeck.engine.control.wire import Event, Telemetry
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskView
-from warpdeck.engine.tasks import Phase, StallReason, State
+from warpdeck.engine.state.board_columns import CANCELLED, DONE, FAILED, STALLED, column_codes
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskView
+from warpdeck.engine.state.tasks import Phase, StallReason, State
 
 __all__ = [
     "COLUMN_SAMPLE",
@@ -37,7 +37,7 @@ _FAILURES_SAMPLE = 200
 _FAILED_MEMORY = 100_000
 
 
-#: Telemetry's column names, each with the board's column codes it samples (engine/board_columns.py).
+#: Telemetry's column names, each with the board's column codes it samples (engine/state/board_columns.py).
 _SAMPLED = {"queued": (0,), "fill": (1,), "h2d": (2,), "compute": (3,), "d2h": (4,), "sink": (5,),
             "stalled": (STALLED,), "done": (DONE,), "failed": (FAILED, CANCELLED)}
 

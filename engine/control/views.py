@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from warpdeck.engine.control.monitor import WorkerStatus
 from warpdeck.engine.control.wire import DeviceStats, Heartbeat
-from warpdeck.engine.snapshot import WorkerView
+from warpdeck.engine.state.snapshot import WorkerView
 
 __all__ = ["local_worker_id", "merge_workers"]
 

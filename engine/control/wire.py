@@ -32,10 +32,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, from_json
 
-from warpdeck.engine.metrics import Figures
-from warpdeck.engine.outage import OutageView
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.snapshot import ControlView, Counts, FeederView, LaneView, StalledTask, TaskFailure, WorkerView
+from warpdeck.engine.run.outage import OutageView
+from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.snapshot import (
+    ControlView,
+    Counts,
+    FeederView,
+    LaneView,
+    StalledTask,
+    TaskFailure,
+    WorkerView,
+)
 
 __all__ = [
     "MAX_BYTES",
@@ -227,7 +235,7 @@ class Telemetry(_Wire):
     columns: dict[str, tuple[str, ...]] = {}
     control: ControlView | None = None
     outage: OutageView | None = None
-    """Set while an outage holds the run (engine/outage.py)."""
+    """Set while an outage holds the run (engine/run/outage.py)."""
 
 
 class SignedCommand(_Wire):

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.batching import Batch
-from warpdeck.engine.lane_protocols import LaneLike
-from warpdeck.engine.records import BatchRecord, format_exception
+from warpdeck.engine.edges.sources import TaskInput
+from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
-from warpdeck.engine.sources import TaskInput
-from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.state.records import BatchRecord, format_exception
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["ActorHost", "ArrivedSource", "KeepingSink"]
 

@@ -26,19 +26,19 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
-from warpdeck.engine.batching import Batch
-from warpdeck.engine.lane_io import load_rows, write_outputs
-from warpdeck.engine.lane_protocols import LaneHost
-from warpdeck.engine.lanes import phase_spans
-from warpdeck.engine.records import BatchRecord, StagePlan
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import BatchKey, Source
+from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.run.lane_io import load_rows, write_outputs
+from warpdeck.engine.run.lane_protocols import LaneHost
+from warpdeck.engine.run.lanes import phase_spans
+from warpdeck.engine.run.slots import Slot
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.slots import Slot
-from warpdeck.engine.snapshot import LaneView, SlotView
-from warpdeck.engine.sources import BatchKey, Source
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.state.records import BatchRecord, StagePlan
+from warpdeck.engine.state.snapshot import LaneView, SlotView
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
 

@@ -19,16 +19,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from warpdeck.engine.config import PipelineSpec
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.records import StagePlan
+from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import BatchKey, Source
 from warpdeck.engine.scaleout import raylink
 from warpdeck.engine.scaleout.dispatch import DispatchHost, RayLane
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.scaleout.worker import LaneWorker
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.snapshot import WorkerView
-from warpdeck.engine.sources import BatchKey, Source
+from warpdeck.engine.state.records import StagePlan
+from warpdeck.engine.state.snapshot import WorkerView
 
 __all__ = ["Conviction", "RayExecutor", "WorkersDidNotStart"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from warpdeck.engine.sources import BatchKey
+from warpdeck.engine.edges.sources import BatchKey
 
 __all__ = ["BatchJob", "BatchOutcome", "WorkerHello"]
 

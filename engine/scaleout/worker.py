@@ -23,15 +23,15 @@ import socket
 import time
 
 from warpdeck.engine.backends import select_backend
-from warpdeck.engine.config import PipelineSpec, resolve_target
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.lanes import Lane
-from warpdeck.engine.records import StagePlan, plan_stages
+from warpdeck.engine.edges.config import PipelineSpec, resolve_target
+from warpdeck.engine.edges.sources import BatchKey
+from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.scaleout.actor_host import ActorHost, ArrivedSource, KeepingSink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
-from warpdeck.engine.sources import BatchKey
+from warpdeck.engine.state.records import StagePlan, plan_stages
 
 __all__ = ["LaneWorker"]
 

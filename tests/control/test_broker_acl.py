@@ -33,11 +33,11 @@ from wd_broker import Mosquitto, TlsFiles, make_tls, mosquitto_binary
 from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for
 from wd_wait import until
 
-from warpdeck.engine.commands import Pause
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics, WorkerTopic
 from warpdeck.engine.control.wire import Birth, Death, Event, Heartbeat, Telemetry, decode, encode
+from warpdeck.engine.run.commands import Pause
 
 DEPLOY = Path(__file__).parents[2] / "deploy" / "mosquitto"
 ENGINE, OPERATOR, VIEWER = "warpdeck-engine", "warpdeck-operator", "warpdeck-viewer"

@@ -14,10 +14,10 @@ from wd_broker import Broker, Mosquitto
 from wd_control import EngineThread, collect, slow_spec
 from wd_wait import until
 
-from warpdeck.engine.commands import Pause, Resume
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Event, Telemetry, decode
+from warpdeck.engine.run.commands import Pause, Resume
 
 SECRET = b"correct horse battery staple 42"
 

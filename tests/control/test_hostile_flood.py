@@ -48,7 +48,12 @@ from wd_broker import Mosquitto
 from wd_control import collect
 from wd_gated import GATE_ENV
 
-from warpdeck.engine.commands import (
+from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.plane import ControlPlane, ControlSettings
+from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.control.wire import Birth, Death, Event, Heartbeat, SignedCommand, Telemetry, decode, encode
+from warpdeck.engine.control.worker_auth import sign_worker
+from warpdeck.engine.run.commands import (
     COMMAND_ADAPTER,
     Cancel,
     Command,
@@ -58,11 +63,6 @@ from warpdeck.engine.commands import (
     Quarantine,
     RetryFailed,
 )
-from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.plane import ControlPlane, ControlSettings
-from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import Birth, Death, Event, Heartbeat, SignedCommand, Telemetry, decode, encode
-from warpdeck.engine.control.worker_auth import sign_worker
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SEED = 20

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from warpdeck.engine.commands import Cancel, Pause, Quarantine
 from warpdeck.engine.control.signing import CommandRefused, Signer, Verifier, _mac, load_secret
 from warpdeck.engine.control.wire import SignedCommand
+from warpdeck.engine.run.commands import Cancel, Pause, Quarantine
 
 SECRET = b"0123456789abcdef0123"
 

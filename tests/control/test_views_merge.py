@@ -8,7 +8,7 @@ from dataclasses import replace
 from warpdeck.engine.control.monitor import WorkerMonitor, WorkerStatus
 from warpdeck.engine.control.views import merge_workers
 from warpdeck.engine.control.wire import DeviceStats, Heartbeat
-from warpdeck.engine.snapshot import WorkerView
+from warpdeck.engine.state.snapshot import WorkerView
 
 IDS = [f"w-{i:03d}" for i in range(40)]
 LOCAL = WorkerView(id="w-007", state="online", host="here", pid=1, device="cpu", epoch=0, lanes=2, lanes_busy=1,

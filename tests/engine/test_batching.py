@@ -1,9 +1,9 @@
-"""The ready queue: uniform batches per batching key, timeouts, retries first (engine/batching.py)."""
+"""The ready queue: uniform batches per batching key, timeouts, retries first (engine/run/batching.py)."""
 
 from __future__ import annotations
 
-from warpdeck.engine.batching import Batch, ReadyQueue
-from warpdeck.engine.sources import BatchKey, TaskInput
+from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.run.batching import Batch, ReadyQueue
 
 KEY_A = BatchKey("array", (4,), "float32")
 KEY_B = BatchKey("array", (8,), "float32")

@@ -36,7 +36,7 @@ async def test_example_from_files_matches_reference(name: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("name", NAMES)
 async def test_synthetic_example_matches_reference(name: str, tmp_path: Path) -> None:
-    from warpdeck.engine.sources import synthetic_values
+    from warpdeck.engine.edges.sources import synthetic_values
 
     module = importlib.import_module(f"warpdeck.examples.{name}")
     spec = load_spec(EXAMPLES / f"{name}-synthetic.toml")

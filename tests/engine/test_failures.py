@@ -105,7 +105,7 @@ async def test_attempts_are_numbered_from_one_in_the_table_detail_history_report
     import sqlite3
 
     from warpdeck.engine.control.telemetry import summarize
-    from warpdeck.engine.journal import JOURNAL_NAME
+    from warpdeck.engine.edges.journal import JOURNAL_NAME
 
     s = spec(["wd_stages:poison"], batch_size=1, retry={"max_attempts": 2})
     report, eng = await _run_in(s, tmp_path, IterableSource(_arrays(4, {2})))

@@ -1,4 +1,4 @@
-"""The feeder's watermarks and the depth tuner (engine/feeder.py), with real sources and queues."""
+"""The feeder's watermarks and the depth tuner (engine/run/feeder.py), with real sources and queues."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from warpdeck.engine.batching import ReadyQueue
-from warpdeck.engine.config import SyntheticSource
-from warpdeck.engine.feeder import DepthTuner, Feeder, FeederState
-from warpdeck.engine.sources import IterableSource, SyntheticSourceImpl
-from warpdeck.engine.tasks import State, TaskTable
+from warpdeck.engine.edges.config import SyntheticSource
+from warpdeck.engine.edges.sources import IterableSource, SyntheticSourceImpl
+from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.run.feeder import DepthTuner, Feeder, FeederState
+from warpdeck.engine.state.tasks import State, TaskTable
 
 BATCH = 4
 LOW, HIGH = 8, 20

@@ -1,4 +1,4 @@
-"""The journal and resume, on real SQLite files and real run directories (engine/journal.py, resume.py)."""
+"""The journal and resume, on real SQLite files and real run directories (engine/edges/journal.py, resume.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from wd_build import spec
 from wd_stages import POISON, RecordingSink, SleepySource
 
 from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch
-from warpdeck.engine.journal import JOURNAL_NAME, RunDirBusy, spec_identity
-from warpdeck.engine.resume import IN_FLIGHT_REASON
-from warpdeck.engine.sinks import TMP_SUFFIX
-from warpdeck.engine.tasks import State
+from warpdeck.engine.edges.journal import JOURNAL_NAME, RunDirBusy, spec_identity
+from warpdeck.engine.edges.resume import IN_FLIGHT_REASON
+from warpdeck.engine.edges.sinks import TMP_SUFFIX
+from warpdeck.engine.state.tasks import State
 
 N = 48
 

@@ -23,12 +23,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from warpdeck.engine.journal import Journal, SpecIdentity
-from warpdeck.engine.journaled_table import JournaledTable
-from warpdeck.engine.resume import ResumingSource
-from warpdeck.engine.sinks import NullSinkImpl
-from warpdeck.engine.sources import IterableSource
-from warpdeck.engine.tasks import RUN_PHASES, Phase, State
+from warpdeck.engine.edges.journal import Journal, SpecIdentity
+from warpdeck.engine.edges.journaled_table import JournaledTable
+from warpdeck.engine.edges.resume import ResumingSource
+from warpdeck.engine.edges.sinks import NullSinkImpl
+from warpdeck.engine.edges.sources import IterableSource
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, State
 
 ID = SpecIdentity("props", "0" * 64)
 KEYS = [f"t{i:03d}" for i in range(12)]

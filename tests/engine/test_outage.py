@@ -27,8 +27,8 @@ import pytest
 from wd_build import spec
 
 from warpdeck.engine.api import Engine, ExitStatus, IterableSource, JournalError, RunReport
-from warpdeck.engine.journal import Journal
-from warpdeck.engine.outage import environment_cause
+from warpdeck.engine.edges.journal import Journal
+from warpdeck.engine.run.outage import environment_cause
 
 ROW = 2048  # float64 values per output: 16 KiB of data (+128 bytes of header) per file
 Mount = Callable[[str], Path]

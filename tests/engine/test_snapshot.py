@@ -1,4 +1,4 @@
-"""Engine snapshots are immutable copies; the publisher is latest-wins (engine/snapshot.py).
+"""Engine snapshots are immutable copies; the publisher is latest-wins (engine/state/snapshot.py).
 
 Snapshots come from a real ``Engine`` that is constructed but never started (no ``async with``),
 so the test drives its feeder and task table by hand and nothing runs in the background.
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from warpdeck.engine.config import PipelineSpec, parse_spec
-from warpdeck.engine.run import Engine
-from warpdeck.engine.snapshot import EngineSnapshot, SnapshotPublisher
-from warpdeck.engine.tasks import Phase, State
+from warpdeck.engine.edges.config import PipelineSpec, parse_spec
+from warpdeck.engine.run.engine import Engine
+from warpdeck.engine.state.snapshot import EngineSnapshot, SnapshotPublisher
+from warpdeck.engine.state.tasks import Phase, State
 
 COUNT = 10
 

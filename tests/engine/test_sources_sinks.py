@@ -1,4 +1,4 @@
-"""Sources and sinks on real files (engine/sources.py, engine/sinks.py)."""
+"""Sources and sinks on real files (engine/edges/sources.py, engine/edges/sinks.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from warpdeck.engine.config import CallableSink, NpyDirSink, NpyDirSource, NullSink, SyntheticSource
-from warpdeck.engine.sinks import TMP_SUFFIX, CallableSinkImpl, NpyDirSinkImpl, NullSinkImpl, open_sink
-from warpdeck.engine.sources import (
+from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NpyDirSource, NullSink, SyntheticSource
+from warpdeck.engine.edges.sinks import TMP_SUFFIX, CallableSinkImpl, NpyDirSinkImpl, NullSinkImpl, open_sink
+from warpdeck.engine.edges.sources import (
     BatchKey,
     InputError,
     IterableSource,

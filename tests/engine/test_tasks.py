@@ -1,4 +1,4 @@
-"""The task table and its transition rules (engine/tasks.py).
+"""The task table and its transition rules (engine/state/tasks.py).
 
 The legality oracle below is written from ``check_transition``'s docstring, not from its code, so
 the parametrized table compares the implementation against the written rules.
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from warpdeck.engine.tasks import (
+from warpdeck.engine.state.tasks import (
     ATTEMPT_OUTCOMES,
     IllegalTransition,
     Phase,

@@ -19,7 +19,7 @@ from wd_control import EngineThread, wait_for
 from wd_stages import RecordingSink
 
 from warpdeck.engine.api import Command, CommandResult, Pause, PipelineSpec, Resume
-from warpdeck.engine.sources import synthetic_values
+from warpdeck.engine.edges.sources import synthetic_values
 
 COUNT = 480
 BATCH = 8

@@ -1,6 +1,6 @@
 """The outage banner: shown under the status bar on every screen while an outage holds the run.
 
-The decision this module protects: an outage (a full, read-only or failing disk, engine/outage.py)
+The decision this module protects: an outage (a full, read-only or failing disk, engine/run/outage.py)
 is the one state in which the run waits on the operator's machine rather than on its work, so it
 is said in words on every screen, with its age, what is held and when the run will stop, and
 nothing of it is cut: on a narrow terminal the banner wraps onto more lines.

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy.typing as npt
 
-from warpdeck.engine.sinks import Sink
+from warpdeck.engine.edges.sinks import Sink
 
 __all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause"]
 

@@ -29,15 +29,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.batching import ReadyQueue
-from warpdeck.engine.commands import CommandResult
-from warpdeck.engine.feeder import Feeder
-from warpdeck.engine.journal import Journal, read_task
-from warpdeck.engine.resume import ResumingSource
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.snapshot import TaskDetail
-from warpdeck.engine.sources import Source, source_produces
-from warpdeck.engine.tasks import Phase, StallReason, State, TaskTable
+from warpdeck.engine.edges.journal import Journal, read_task
+from warpdeck.engine.edges.resume import ResumingSource
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import Source, source_produces
+from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.run.commands import CommandResult
+from warpdeck.engine.run.feeder import Feeder
+from warpdeck.engine.state.snapshot import TaskDetail
+from warpdeck.engine.state.tasks import Phase, StallReason, State, TaskTable
 
 __all__ = ["BY_OPERATOR_EARLY", "TaskKeys", "UnlessCancelled", "Where"]
 

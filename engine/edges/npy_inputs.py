@@ -24,8 +24,8 @@ from typing import Any, get_args
 
 import numpy as np
 
-from warpdeck.engine.config import Dtype
-from warpdeck.engine.input_errors import InputError
+from warpdeck.engine.edges.config import Dtype
+from warpdeck.engine.edges.input_errors import InputError
 
 __all__ = ["SUPPORTED_DTYPES", "NpyHeader", "dtype_problem", "open_regular", "read_header", "usable"]
 

@@ -18,9 +18,10 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends import Backend
 from warpdeck.engine.control.views import merge_workers
-from warpdeck.engine.outage import Outage
-from warpdeck.engine.run_state import RunState
-from warpdeck.engine.snapshot import (
+from warpdeck.engine.edges.sources import Source
+from warpdeck.engine.run.outage import Outage
+from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
     EngineSnapshot,
@@ -30,8 +31,7 @@ from warpdeck.engine.snapshot import (
     TaskView,
     WorkerView,
 )
-from warpdeck.engine.sources import Source
-from warpdeck.engine.tasks import RUN_PHASES, StallReason, State
+from warpdeck.engine.state.tasks import RUN_PHASES, StallReason, State
 
 if TYPE_CHECKING:
     from warpdeck.engine.control.plane import ControlPlane

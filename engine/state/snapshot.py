@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.metrics import Figures
-from warpdeck.engine.outage import OutageView
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.tasks import Phase, StallReason, State, TaskAttempt
+from warpdeck.engine.run.outage import OutageView
+from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.tasks import Phase, StallReason, State, TaskAttempt
 
 __all__ = [
     "ControlView",
@@ -248,7 +248,7 @@ class EngineSnapshot:
     workers: tuple[WorkerView, ...] = ()
     #: None when the engine runs without a control plane.
     control: ControlView | None = None
-    #: Set while writes are held by a full, read-only or failing disk (engine/outage.py).
+    #: Set while writes are held by a full, read-only or failing disk (engine/run/outage.py).
     outage: OutageView | None = None
 
     @property

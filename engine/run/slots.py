@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warpdeck.engine.backends.base import Marker, done_marker
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["Buffer", "Slot"]
 

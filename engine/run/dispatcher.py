@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.batching import Batch
-from warpdeck.engine.input_errors import retryable
-from warpdeck.engine.lane_protocols import LaneLike
-from warpdeck.engine.outage import OutageAbandoned
-from warpdeck.engine.records import BatchRecord, NonFiniteOutput, format_exception
-from warpdeck.engine.run_state import RunState
-from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason, State
+from warpdeck.engine.edges.input_errors import retryable
+from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.run.lane_protocols import LaneLike
+from warpdeck.engine.run.outage import OutageAbandoned
+from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.records import BatchRecord, NonFiniteOutput, format_exception
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.config import StageSpec
-from warpdeck.engine.sources import BatchKey, item_nbytes
-from warpdeck.engine.tasks import Phase
+from warpdeck.engine.edges.config import StageSpec
+from warpdeck.engine.edges.sources import BatchKey, item_nbytes
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["BatchRecord", "NonFiniteOutput", "StagePlan", "format_exception", "plan_stages", "root_failure"]
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from warpdeck.engine.journal import JournalError
-from warpdeck.engine.snapshot import EngineSnapshot
+from warpdeck.engine.edges.journal import JournalError
+from warpdeck.engine.state.snapshot import EngineSnapshot
 
 if TYPE_CHECKING:
     from warpdeck.engine.control.plane import ControlPlane
-    from warpdeck.engine.journal import Journal
-    from warpdeck.engine.outage import Outage
-    from warpdeck.engine.resume import ResumingSource
+    from warpdeck.engine.edges.journal import Journal
+    from warpdeck.engine.edges.resume import ResumingSource
+    from warpdeck.engine.run.outage import Outage
 
 __all__ = [
     "EXIT_STATUS_HELP",

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.batching import ReadyQueue
-from warpdeck.engine.config import PipelineSpec
-from warpdeck.engine.feeder import DepthTuner, Feeder
-from warpdeck.engine.lane_protocols import LaneLike
-from warpdeck.engine.leases import LeaseBook
-from warpdeck.engine.metrics import MetricsAccumulator
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.snapshot import TaskFailure
-from warpdeck.engine.task_keys import TaskKeys
-from warpdeck.engine.tasks import State, TaskTable
+from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.run.feeder import DepthTuner, Feeder
+from warpdeck.engine.run.lane_protocols import LaneLike
+from warpdeck.engine.state.leases import LeaseBook
+from warpdeck.engine.state.metrics import MetricsAccumulator
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.snapshot import TaskFailure
+from warpdeck.engine.state.task_keys import TaskKeys
+from warpdeck.engine.state.tasks import State, TaskTable
 
 __all__ = ["RunState"]
 

@@ -8,7 +8,7 @@ The decisions this module protects:
 - After fill, a batch's device work (h2d, compute, d2h) is submitted at once with its
   dependencies; the device streams order it, so the host never waits between phases. Small
   watcher coroutines follow the markers in order and move the tasks' phases.
-- The lane never touches the task table: it reports to its ``LaneHost`` (the dispatcher, engine/dispatcher.py).
+- The lane never touches the task table: it reports to its ``LaneHost`` (the dispatcher, engine/run/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from warpdeck.engine.backends.base import (
     free,
     pending_marker,
 )
-from warpdeck.engine.batching import Batch
-from warpdeck.engine.lane_io import load_rows, write_outputs
-from warpdeck.engine.lane_protocols import LaneHost
-from warpdeck.engine.records import BatchRecord, StagePlan, root_failure
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.slots import Buffer, Slot
-from warpdeck.engine.snapshot import LaneView, SlotView
-from warpdeck.engine.sources import BatchKey, Source
-from warpdeck.engine.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import BatchKey, Source
+from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.run.lane_io import load_rows, write_outputs
+from warpdeck.engine.run.lane_protocols import LaneHost
+from warpdeck.engine.run.slots import Buffer, Slot
+from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
+from warpdeck.engine.state.snapshot import LaneView, SlotView
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["Lane", "phase_spans"]
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.batching import ReadyQueue
-from warpdeck.engine.config import PipelineSpec
-from warpdeck.engine.sources import Source, TaskInput
-from warpdeck.engine.tasks import TaskTable
+from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.edges.sources import Source, TaskInput
+from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["DepthTuner", "Feeder", "FeederState", "TunerDecision", "feeder_watermarks"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from warpdeck.engine.commands import (
+from warpdeck.engine.run.commands import (
     Cancel,
     Command,
     CommandResult,
@@ -25,8 +25,8 @@ from warpdeck.engine.commands import (
     RetryFailed,
     SetDepth,
 )
-from warpdeck.engine.run_state import RunState
-from warpdeck.engine.tasks import ALL_QUARANTINED, StallReason, State
+from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.tasks import ALL_QUARANTINED, StallReason, State
 
 __all__ = ["CommandHandler"]
 

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.config import PipelineSpec
-from warpdeck.engine.outage import Outage, OutageAbandoned, environment_cause
-from warpdeck.engine.spec_diff import mismatch_message
-from warpdeck.engine.tasks import State, TaskAttempt
+from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.edges.spec_diff import mismatch_message
+from warpdeck.engine.run.outage import Outage, OutageAbandoned, environment_cause
+from warpdeck.engine.state.tasks import State, TaskAttempt
 
 __all__ = [
     "JOURNAL_NAME",

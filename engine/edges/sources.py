@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
-from warpdeck.engine.input_errors import InputError
-from warpdeck.engine.npy_inputs import dtype_problem, open_regular, read_header, usable
+from warpdeck.engine.edges.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
+from warpdeck.engine.edges.input_errors import InputError
+from warpdeck.engine.edges.npy_inputs import dtype_problem, open_regular, read_header, usable
 
 __all__ = [
     "SAFE_KEY",

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.records import NonFiniteOutput
-from warpdeck.engine.sinks import Sink
-from warpdeck.engine.sources import Source, TaskInput
+from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sources import Source, TaskInput
+from warpdeck.engine.state.records import NonFiniteOutput
 
 __all__ = ["load_rows", "write_outputs"]
 

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.journal import Journal, ResumeState
-from warpdeck.engine.sinks import DurableSink, Sink
-from warpdeck.engine.sources import SAFE_KEY, Source, TaskInput, source_produces
-from warpdeck.engine.tasks import State, TaskAttempt, TaskTable
+from warpdeck.engine.edges.journal import Journal, ResumeState
+from warpdeck.engine.edges.sinks import DurableSink, Sink
+from warpdeck.engine.edges.sources import SAFE_KEY, Source, TaskInput, source_produces
+from warpdeck.engine.state.tasks import State, TaskAttempt, TaskTable
 
 __all__ = ["IN_FLIGHT_REASON", "ResumingSource"]
 

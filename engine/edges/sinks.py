@@ -15,8 +15,8 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.config import CallableSink, NpyDirSink, NullSink, resolve_target
-from warpdeck.engine.sources import SAFE_KEY
+from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, resolve_target
+from warpdeck.engine.edges.sources import SAFE_KEY
 
 __all__ = ["TMP_SUFFIX", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
 

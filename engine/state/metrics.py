@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warpdeck.engine.records import BatchRecord
-from warpdeck.engine.tasks import RUN_PHASES, StallReason
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.tasks import RUN_PHASES, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.sources import BatchKey, TaskInput
+from warpdeck.engine.edges.sources import BatchKey, TaskInput
 
 __all__ = ["Batch", "ReadyQueue"]
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.journal import Journal
-from warpdeck.engine.tasks import State, TaskTable
+from warpdeck.engine.edges.journal import Journal
+from warpdeck.engine.state.tasks import State, TaskTable
 
 __all__ = ["JournaledTable"]
 

@@ -1,0 +1,3 @@
+"""The state of a run: tasks and their keys, leases, batch records, snapshots and their
+builder, figures, the board's columns and the report.
+"""
