@@ -11,20 +11,22 @@ now, before the backlog is read: exactly when a verdict would be wrong.
 
 When the lag reaches ``hold_s`` the monitor is told the input has lagged since the oldest unheard
 heartbeat left, and until the lag is below ``resume_s`` again; that span counts as nobody's
-silence (``WorkerMonitor.on_input_lag``). Wills still convict at once: a Will is evidence, not the
-absence of it. ``hold_s`` must be well inside the phi budget (about 1.8 s): a worker last heard up
-to an interval before the input stalled, and the first unheard probe sent up to an interval after,
-leave hold_s + 1 s of silence counted at worst. A hold lasts at most ``max_hold_s``: a probe that
+silence (``WorkerMonitor.on_input_lag``), which keeps those spans (``LagSpans``) and takes them
+out of every silence it judges. Wills still convict at once: a Will is evidence, not the absence of
+it. ``hold_s`` must be well inside the phi budget (about 1.8 s): a worker last heard up to an
+interval before the input stalled, and the first unheard probe sent up to an interval after, leave
+hold_s + 1 s of silence counted at worst. A hold lasts at most ``max_hold_s``: a probe that
 never arrives (lost on a connection nobody noticed breaking yet) must not blind the monitor for
 good.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["InputLag", "LagChange"]
+__all__ = ["InputLag", "LagChange", "LagSpans"]
 
 #: One heartbeat in an outbox: (epoch, seq, time.monotonic() when it was sent).
 Sent = tuple[int, int, float]
@@ -106,3 +108,43 @@ class InputLag:
             self._held_since = None
             return LagChange(False, now, lag)
         return None
+
+
+class LagSpans:
+    """The spans of time during which the monitor's input lagged, oldest first: nobody's silence.
+    The last one is open (ends at inf) while the input lags; at most ``limit`` are kept (older ones
+    lie before any silence still being judged)."""
+
+    __slots__ = ("limit", "spans")
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        #: Spans [start, end]. ``WorkerMonitor`` tests it for emptiness on every heartbeat.
+        self.spans: list[list[float]] = []
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the input lags now (the last span is still open)."""
+        return bool(self.spans) and self.spans[-1][1] == math.inf
+
+    def begin(self, start: float) -> None:
+        """The input lags since ``start``; a span it overlaps is reopened rather than repeated."""
+        spans = self.spans
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = math.inf
+        else:
+            spans.append([start, math.inf])
+        del spans[:-self.limit]
+
+    def end(self, now: float) -> None:
+        """The input caught up at ``now``."""
+        self.spans[-1][1] = now
+
+    def held(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] during which the input lagged."""
+        total = 0.0
+        for start, end in reversed(self.spans):
+            if end <= t0:
+                break
+            total += max(min(end, t1) - max(start, t0), 0.0)
+        return total

@@ -122,10 +122,14 @@ async def keep_connected(
     client_kwargs: Callable[[], dict[str, Any]],
     session: Callable[[aiomqtt.Client], Awaitable[None]],
     on_lost: Callable[[aiomqtt.MqttError], None],
+    *,
+    on_last: Callable[[aiomqtt.MqttError], None] | None = None,
 ) -> None:
     """Connect with ``client_kwargs()`` (called again for every attempt) and run ``session(client)``;
     when connecting fails or the connection is lost (an ``MqttError``), tell ``on_lost`` and try again
-    after a jittered backoff. Returns once ``stopping`` is set (a session returns when it sees it)."""
+    after a jittered backoff. Returns once ``stopping`` is set (a session returns when it sees it);
+    an ``MqttError`` after that is no loss to retry, told to ``on_last`` if given (the control plane
+    still notes its connection's end)."""
     backoff = FIRST_BACKOFF_S
     while not stopping.is_set():
         try:
@@ -134,6 +138,8 @@ async def keep_connected(
                 await session(client)
         except aiomqtt.MqttError as exc:
             if stopping.is_set():
+                if on_last is not None:
+                    on_last(exc)
                 return
             on_lost(exc)
             backoff = await wait_backoff(stopping, backoff)

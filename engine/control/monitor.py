@@ -8,11 +8,9 @@ The decisions this module protects (DESIGN.md section 5):
   counted and ignored; a birth with a newer epoch starts the worker afresh, even from the dead.
   A death of an epoch never born here fences nothing: it is refused (``unborn``).
 - **Records are bounded**: only a birth makes a record (a heartbeat or death of an unknown worker
-  is refused as ``unborn``); a worker dead for ``forget_after_s`` is forgotten; and a birth that
-  would pass ``max_workers`` forgets the oldest dead record first (else one of a worker known only
-  from a retained birth and unheard for longer than a live worker could be), or is refused
-  (``too_many_workers``). A record whose worker may be alive is never taken to make room: its
-  heartbeats would no longer be heard.
+  is refused as ``unborn``); the dead are forgotten, and a birth past ``max_workers`` for which no
+  room can be made is refused (``too_many_workers``): engine/control/worker_records.py says which
+  records go and when.
 - **This run's workers only**: a worker known only from a retained birth (the broker's memory of
   an earlier connection) is shown stale and never convicted for its silence; it becomes this run's
   once heard (a heartbeat, or a birth sent while we listen). Its death, or its forgetting, is no
@@ -36,226 +34,32 @@ before it compares nothing (with steady heartbeats, one tick in about twenty sca
 
 from __future__ import annotations
 
-import enum
 import math
-from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Relative, so that `mypy engine/control/monitor.py` (which names the file engine.control.monitor,
-# not warpdeck.engine.control.monitor) resolves it as well as `mypy -p warpdeck.engine` does.
+# not warpdeck.engine.control.monitor) resolves them as well as `mypy -p warpdeck.engine` does.
+from .lag import LagSpans
+from .monitor_types import (
+    MonitorConfig,
+    MonitorCounters,
+    Refusal,
+    Verdict,
+    VerdictKind,
+    VerdictReason,
+    WorkerState,
+    WorkerStatus,
+)
 from .phi import PhiAccrual
+from .worker_records import WorkerRecord, WorkerRecords
 
-__all__ = [
-    "MonitorConfig",
-    "MonitorCounters",
-    "Refusal",
-    "Verdict",
-    "VerdictKind",
-    "VerdictReason",
-    "WorkerMonitor",
-    "WorkerState",
-    "WorkerStatus",
-]
+# MonitorConfig and Verdict are re-exported: the engine (engine/run/engine.py), tests/support and
+# benchmarks name them from here. Everything else of the monitor's vocabulary is in monitor_types.
+__all__ = ["MonitorConfig", "Verdict", "WorkerMonitor"]
 
 _SEQ_MOD = 256
 _NEVER = math.inf
-_EMPTY: Mapping[str, object] = MappingProxyType({})
-#: Input-lag spans remembered: older ones lie before any silence still being judged.
-_MAX_HOLDS = 256
-
-
-class MonitorConfig(BaseModel):
-    """How quickly the monitor suspects and convicts workers. The defaults convict a worker that
-    freezes while heartbeating every 0.5 s after about 1.8 s of silence (phi), 2.5 s at the latest
-    (backstop), and forgive a 1 s pause: its heartbeat arrives 1.5 s after the previous one, at
-    phi 2.2."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    interval_s: float = Field(default=0.5, gt=0, le=60)
-    """The heartbeat interval expected until a worker's window has samples. A worker that promises
-    a longer one in its birth is judged by its own, and its backstop and pause grow in proportion."""
-    phi_threshold: float = Field(default=8.0, gt=0)
-    """phi at which a silent worker is convicted (Akka and Cassandra use 8)."""
-    late_phi: float = Field(default=3.0, gt=0)
-    """phi above which a worker is shown late (with the defaults: after about 1.55 s of silence)."""
-    min_std_s: float = Field(default=0.1, gt=0)
-    """Floor under the learned standard deviation, so a steady worker is not convicted for jitter."""
-    acceptable_pause_s: float = Field(default=0.75, ge=0)
-    """Added to the expected interval: the pause (GC, broker hiccup) forgiven without suspicion.
-    Without it phi reaches 8 after 1.02 s of silence, so a 1 s pause would convict."""
-    backstop_s: float = Field(default=2.5, gt=0)
-    """Silence that convicts whatever phi says (a window that learned erratic intervals is slow)."""
-    grace_s: float = Field(default=3.0, ge=0)
-    """After the monitor reconnects, nobody is convicted for silence for this long."""
-    stuck_after_s: float = Field(default=60.0, gt=0)
-    """Busy with progress frozen for this long makes a worker hung (``set_deadline`` per worker)."""
-    window: int = Field(default=200, ge=3, le=10_000)
-    """Heartbeat intervals each detector remembers."""
-    min_samples: int = Field(default=3, ge=1)
-    """Intervals needed before a worker is judged by its own rhythm rather than ``interval_s``."""
-    forget_after_s: float = Field(default=300.0, gt=0)
-    """A worker dead this long is forgotten (its record goes; a dead worker holds no work: its
-    leases were taken back when it was convicted), as is one known only from a retained birth and
-    not heard for this long."""
-    max_workers: int = Field(default=10_000, ge=1)
-    """Worker records kept at most. A new worker's birth beyond it forgets the oldest dead record,
-    else the oldest known only from a retained birth and unheard past its grace and backstop, else
-    it is refused."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MonitorConfig:
-        if self.late_phi >= self.phi_threshold:
-            raise ValueError(f"late_phi ({self.late_phi}) must be below phi_threshold ({self.phi_threshold})")
-        if self.backstop_s <= self.interval_s:
-            raise ValueError(f"backstop_s ({self.backstop_s}) must exceed interval_s ({self.interval_s})")
-        if self.min_samples > self.window:
-            raise ValueError(f"min_samples ({self.min_samples}) must not exceed window ({self.window})")
-        return self
-
-
-class WorkerState(enum.StrEnum):
-    """What the control room shows for a worker, most pressing first: an operator's quarantine,
-    then death, then what the monitor cannot know (stale), then hung, late, online."""
-
-    ONLINE = "online"
-    LATE = "late"
-    STALE = "stale"
-    DEAD = "dead"
-    QUARANTINED = "quarantined"
-    HUNG = "hung"
-
-
-class VerdictKind(enum.StrEnum):
-    """What changed: a worker was convicted, began to hang, or came back (hang over, or re-born)."""
-
-    DEAD = "dead"
-    HUNG = "hung"
-    RECOVERED = "recovered"
-
-
-VerdictReason = Literal["will", "graceful", "silent", "stuck", "progress", "idle", "rebirth"]
-#: Why an event made no change: the worker (or that epoch of it) was never born here, or a new
-#: worker's birth found every record in use.
-Refusal = Literal["unborn", "too_many_workers"]
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One change the rest of the engine acts on (reassign leases, publish an event). Dead verdicts
-    name the epoch, because fencing rejects that epoch's results, not the worker's."""
-
-    worker_id: str
-    epoch: int
-    kind: VerdictKind
-    #: dead: will, graceful, silent; hung: stuck; recovered: progress, idle, rebirth.
-    reason: VerdictReason
-    at: float
-    #: The detector's phi at ``at`` (0.0 when the worker was never heard).
-    phi: float
-    #: Seconds since the last sign of life the monitor could hear (counted from its reconnection
-    #: when it was disconnected in between); None when it never heard the worker.
-    silence_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerStatus:
-    """One worker as of ``views(now)``: a copy, so the UI never reads the monitor's live state."""
-
-    worker_id: str
-    state: WorkerState
-    epoch: int
-    #: Seconds since this epoch's last heartbeat; None before its first.
-    heartbeat_age_s: float | None
-    phi: float
-    progress: int | None
-    busy: bool
-    last_seq: int | None
-    #: The birth's details (host, pid, device, ...); empty when no birth of this epoch was seen.
-    info: Mapping[str, object]
-    #: When this epoch was convicted; None while it lives.
-    convicted_at: float | None
-    #: When the current hung episode began; None when not hung.
-    hung_since: float | None
-    #: Heartbeats of this epoch that never arrived (sequence gaps).
-    missed_heartbeats: int
-
-
-@dataclass(frozen=True, slots=True)
-class MonitorCounters:
-    """Messages the monitor counted rather than acted on."""
-
-    #: Births, heartbeats and deaths from an epoch older than the newest one known.
-    stale_epoch: int
-    #: Heartbeats whose sequence numbers show that earlier ones never arrived (summed).
-    missed_heartbeats: int
-    #: Heartbeats repeating the previous sequence number (QoS 1 redelivery).
-    duplicate_heartbeats: int
-    #: Heartbeats from an epoch already convicted (a frozen process that woke up).
-    after_conviction: int
-    #: Heartbeats and deaths of a worker, or an epoch of it, never born here.
-    unborn: int = 0
-    #: Births of new workers refused because every record was in use (``max_workers``).
-    too_many_workers: int = 0
-    #: Records forgotten: dead (or never heard) for ``forget_after_s``, or to make room.
-    forgotten: int = 0
-    #: Workers of this run convicted, each once per record (a worker forgotten and born again
-    #: counts again).
-    workers_lost: int = 0
-
-
-class _Worker:
-    """The monitor's live record of one worker; only ``WorkerMonitor`` touches it."""
-
-    __slots__ = (
-        "accrual",
-        "backstop_s",
-        "busy",
-        "convicted_at",
-        "due",
-        "epoch",
-        "hung_due",
-        "hung_since",
-        "info",
-        "last_hb",
-        "last_seen",
-        "last_seq",
-        "lost",
-        "missed",
-        "ours",
-        "progress",
-        "stuck_since",
-        "worker_id",
-    )
-
-    def __init__(self, worker_id: str, epoch: int, accrual: PhiAccrual, backstop_s: float) -> None:
-        self.worker_id = worker_id
-        self.epoch = epoch
-        self.accrual = accrual
-        self.backstop_s = backstop_s
-        self.info: Mapping[str, object] = _EMPTY
-        #: Last sign of life of this epoch (its birth or a heartbeat); None if only its death was heard.
-        self.last_seen: float | None = None
-        self.last_hb: float | None = None
-        self.last_seq: int | None = None
-        self.progress: int | None = None
-        self.busy = False
-        self.missed = 0
-        self.convicted_at: float | None = None
-        #: Silence conviction is checked no earlier than this (a deadline precomputed per heartbeat).
-        self.due = _NEVER
-        self.stuck_since = 0.0
-        self.hung_due = _NEVER
-        self.hung_since: float | None = None
-        #: Heard in this run (a birth sent while we listened, or a heartbeat), this epoch or before.
-        self.ours = False
-        #: Convicted once already (counted in ``workers_lost``), this epoch or before.
-        self.lost = False
 
 
 class WorkerMonitor:
@@ -268,13 +72,16 @@ class WorkerMonitor:
 
     def __init__(self, config: MonitorConfig | None = None) -> None:
         self.config = config or MonitorConfig()
-        self._workers: dict[str, _Worker] = {}
+        self._records = WorkerRecords(self.config.max_workers, self.config.forget_after_s, self.config.grace_s)
+        #: The records by worker id (the records' own dict: every heartbeat looks a worker up here).
+        self._workers = self._records.by_id
         self._pending: list[Verdict] = []
         self._deadlines: dict[str, float] = {}
         self._quarantined: set[str] = set()
         self._connected = True
-        #: Spans [start, end] of input lag, oldest first; the last is open (end inf) while lagging.
-        self._holds: list[list[float]] = []
+        #: When the input lagged: nobody's silence. ``_holds`` is its list of spans, tested per heartbeat.
+        self._lag = LagSpans()
+        self._holds = self._lag.spans
         self._disconnected_at = _NEVER
         #: Silence is counted from no earlier than this: the last reconnection.
         self._floor = -_NEVER
@@ -285,14 +92,7 @@ class WorkerMonitor:
         self._after_conviction = 0
         self._unborn = 0
         self._too_many = 0
-        self._forgotten_count = 0
         self._lost = 0
-        #: Records of dead workers, and of workers known only from a retained birth, by when they
-        #: became so, oldest first: forgotten after ``forget_after_s``, or to make room.
-        self._dead: OrderedDict[str, float] = OrderedDict()
-        self._unheard: OrderedDict[str, float] = OrderedDict()
-        #: Forgotten since ``take_forgotten`` was last called.
-        self._forgotten: list[str] = []
         #: No live worker's silence or stuck deadline falls before this (a lower bound: a deadline
         #: set earlier lowers it; ``tick`` sets it exactly after each scan).
         self._next_check = -_NEVER
@@ -322,7 +122,7 @@ class WorkerMonitor:
             if not w.info and info:
                 w.info = MappingProxyType(dict(info))
             return None
-        if w is None and len(self._workers) >= self.config.max_workers and not self._make_room(now):
+        if w is None and not self._records.has_room(now, lagging=self.lagging):
             self._too_many += 1
             return "too_many_workers"
         w = self._begin(worker_id, epoch, now, interval_s, heard=not retained)
@@ -332,7 +132,7 @@ class WorkerMonitor:
             w.last_seen = now
             self._arm_silence(w, now)
         else:
-            self._unheard[worker_id] = now
+            self._records.unheard_since(worker_id, now)
         return None
 
     def on_heartbeat(
@@ -355,7 +155,7 @@ class WorkerMonitor:
             return None
         if not w.ours:  # known from a retained birth: alive after all, and this run's
             w.ours = True
-            self._unheard.pop(worker_id, None)
+            self._records.heard(worker_id)
         if w.last_seq is not None:
             step = (seq - w.last_seq) % _SEQ_MOD
             if step == 0:
@@ -367,7 +167,7 @@ class WorkerMonitor:
         # An interval spanning the monitor's own disconnection or input lag is not the worker's rhythm.
         last = w.last_hb
         floor = self._floor
-        rhythm = last is not None and last >= floor and not (self._holds and self._held(last, now) > 0.0)
+        rhythm = last is not None and last >= floor and not (self._holds and self._lag.held(last, now) > 0.0)
         accrual = w.accrual
         accrual.heartbeat(now, sample=rhythm)
         w.last_hb = w.last_seen = now
@@ -414,14 +214,9 @@ class WorkerMonitor:
         """The monitor's own input runs behind (``lagging``, behind since ``since``) or has caught
         up (at ``now``). The span in between is no one's silence; Wills still convict at once."""
         if lagging and not self.lagging:
-            start = now if since is None else min(since, now)
-            if self._holds and start <= self._holds[-1][1]:
-                self._holds[-1][1] = _NEVER  # overlaps the previous span: reopen it
-            else:
-                self._holds.append([start, _NEVER])
-            del self._holds[:-_MAX_HOLDS]
+            self._lag.begin(now if since is None else min(since, now))
         elif not lagging and self.lagging:
-            self._holds[-1][1] = now
+            self._lag.end(now)
 
     # -- operator and caller settings --------------------------------------------------------------
     def set_deadline(self, worker_id: str, seconds: float | None) -> None:
@@ -452,10 +247,7 @@ class WorkerMonitor:
         idle for ``forget_after_s`` are forgotten (``take_forgotten`` says which)."""
         out = self._pending
         self._pending = []
-        cutoff = now - self.config.forget_after_s
-        for idle in (self._dead, self._unheard):
-            while idle and next(iter(idle.values())) <= cutoff:
-                self._forget(next(iter(idle)))
+        self._records.forget_idle(now)
         if not self._connected or now < self._next_check:
             return out
         judge_silence = now >= self._grace_until
@@ -482,7 +274,7 @@ class WorkerMonitor:
 
     def views(self, now: float) -> list[WorkerStatus]:
         """Every known worker at ``now``, in the order first heard."""
-        # Called a few times a second over every worker: _phi and _silence are written out here,
+        # Called a few times a second over every worker: _silence and phi are written out here,
         # and the rows built positionally (a frozen dataclass's keywords cost a fifth more).
         late_phi = self.config.late_phi
         quarantined = self._quarantined
@@ -498,7 +290,7 @@ class WorkerMonitor:
                 phi = 0.0
             else:
                 since = seen if seen >= floor else floor
-                silence = heard_until - since - (self._held(since, heard_until) if holds else 0.0)
+                silence = heard_until - since - (self._lag.held(since, heard_until) if holds else 0.0)
                 phi = w.accrual.phi_after(silence if silence > 0.0 else 0.0)
             if w.worker_id in quarantined:
                 state = WorkerState.QUARANTINED
@@ -526,7 +318,7 @@ class WorkerMonitor:
             after_conviction=self._after_conviction,
             unborn=self._unborn,
             too_many_workers=self._too_many,
-            forgotten=self._forgotten_count,
+            forgotten=self._records.forgotten,
             workers_lost=self._lost,
         )
 
@@ -538,13 +330,12 @@ class WorkerMonitor:
     def take_forgotten(self) -> list[str]:
         """The workers forgotten since the last call, oldest first: whatever else remembers them
         (the MQTT side's last heartbeat, a retained death it published) can forget them too."""
-        out, self._forgotten = self._forgotten, []
-        return out
+        return self._records.take_forgotten()
 
     @property
     def lagging(self) -> bool:
         """Whether the monitor's input runs behind now (its last lag span is still open)."""
-        return bool(self._holds) and self._holds[-1][1] == _NEVER
+        return self._lag.lagging
 
     @property
     def connected(self) -> bool:
@@ -552,7 +343,8 @@ class WorkerMonitor:
         return self._connected
 
     # -- internals ---------------------------------------------------------------------------------
-    def _begin(self, worker_id: str, epoch: int, now: float, interval_s: float | None, *, heard: bool) -> _Worker:
+    def _begin(self, worker_id: str, epoch: int, now: float, interval_s: float | None, *,
+               heard: bool) -> WorkerRecord:
         """A new epoch of a worker (or a worker first heard): a fresh record and detector. ``heard``:
         a sign of life in this run (else a retained birth: this run's only if the worker was)."""
         cfg = self.config
@@ -568,10 +360,8 @@ class WorkerMonitor:
             window=cfg.window,
             min_samples=cfg.min_samples,
         )
-        w = _Worker(worker_id, epoch, accrual, cfg.backstop_s * scale)
-        self._workers[worker_id] = w
-        self._dead.pop(worker_id, None)
-        self._unheard.pop(worker_id, None)
+        w = WorkerRecord(worker_id, epoch, accrual, cfg.backstop_s * scale)
+        self._records.put(w)
         w.ours = heard or (old is not None and old.ours)
         if old is not None:
             w.lost = old.lost
@@ -579,32 +369,11 @@ class WorkerMonitor:
                 self._emit(w, VerdictKind.RECOVERED, "rebirth", now)
         return w
 
-    def _make_room(self, now: float) -> bool:
-        """Forget the oldest dead record for a new worker's, else the oldest known only from a
-        retained birth and unheard for longer than a live worker could be (never while the input
-        lags); False when every record is in use."""
-        if self._dead:
-            self._forget(next(iter(self._dead)))
-            return True
-        if self._unheard and not self.lagging:
-            wid, since = next(iter(self._unheard.items()))
-            if since + self.config.grace_s + self._workers[wid].backstop_s <= now:
-                self._forget(wid)
-                return True
-        return False
-
-    def _forget(self, worker_id: str) -> None:
-        del self._workers[worker_id]
-        self._dead.pop(worker_id, None)
-        self._unheard.pop(worker_id, None)
-        self._forgotten.append(worker_id)
-        self._forgotten_count += 1
-
-    def _budget(self, w: _Worker) -> float:
+    def _budget(self, w: WorkerRecord) -> float:
         """Silence after which the worker is convicted unless it is heard: phi's or the backstop's."""
         return min(w.accrual.silence_for(self.config.phi_threshold), w.backstop_s)
 
-    def _arm_silence(self, w: _Worker, now: float) -> None:
+    def _arm_silence(self, w: WorkerRecord, now: float) -> None:
         w.due = max(now, self._floor) + self._budget(w)
         self._watch(w.due)
 
@@ -612,7 +381,7 @@ class WorkerMonitor:
         """A deadline was set: ``tick`` must look no later than it."""
         self._next_check = min(self._next_check, deadline)
 
-    def _silence(self, w: _Worker, now: float) -> float | None:
+    def _silence(self, w: WorkerRecord, now: float) -> float | None:
         """Silence as the monitor could hear it: from the reconnection at the earliest, and frozen
         at the moment of a disconnection."""
         if w.last_seen is None:
@@ -620,23 +389,10 @@ class WorkerMonitor:
         if not self._connected:
             now = min(now, self._disconnected_at)
         since = max(w.last_seen, self._floor)
-        held = self._held(since, now) if self._holds else 0.0
+        held = self._lag.held(since, now) if self._holds else 0.0
         return max(now - since - held, 0.0)
 
-    def _held(self, t0: float, t1: float) -> float:
-        """Seconds of [t0, t1] during which the input lagged."""
-        total = 0.0
-        for start, end in reversed(self._holds):
-            if end <= t0:
-                break
-            total += max(min(end, t1) - max(start, t0), 0.0)
-        return total
-
-    def _phi(self, w: _Worker, now: float) -> float:
-        silence = self._silence(w, now)
-        return 0.0 if silence is None or w.convicted_at is not None else w.accrual.phi_after(silence)
-
-    def _judge_silence(self, w: _Worker, now: float) -> None:
+    def _judge_silence(self, w: WorkerRecord, now: float) -> None:
         silence = self._silence(w, now)
         if silence is None:
             return
@@ -650,9 +406,8 @@ class WorkerMonitor:
             # (later than its deadline when some of the silence was the monitor's own input lag).
             w.due = now + max(self._budget(w) - silence, 0.0)
 
-    def _convict(
-        self, w: _Worker, now: float, reason: VerdictReason, *, phi: float | None = None, silence: float | None = None
-    ) -> None:
+    def _convict(self, w: WorkerRecord, now: float, reason: VerdictReason, *,
+                 phi: float | None = None, silence: float | None = None) -> None:
         if silence is None:
             silence = self._silence(w, now)
         if phi is None:
@@ -660,8 +415,7 @@ class WorkerMonitor:
         w.convicted_at = now
         w.due = w.hung_due = _NEVER
         w.hung_since = None
-        self._unheard.pop(w.worker_id, None)
-        self._dead[w.worker_id] = now
+        self._records.died(w.worker_id, now)
         if not w.ours:  # known only from the broker's memory: no loss of this run, no verdict
             return
         if not w.lost:
@@ -672,7 +426,7 @@ class WorkerMonitor:
     def _deadline(self, worker_id: str) -> float:
         return self._deadlines.get(worker_id, self.config.stuck_after_s)
 
-    def _track_progress(self, w: _Worker, progress: int, busy: bool, now: float) -> None:
+    def _track_progress(self, w: WorkerRecord, progress: int, busy: bool, now: float) -> None:
         moved = w.progress is not None and progress != w.progress
         if busy and (moved or not w.busy or w.progress is None):
             # A stuck clock starts when work is taken up or progress moves, not when it last moved.
@@ -687,7 +441,7 @@ class WorkerMonitor:
         w.progress = progress
         w.busy = busy
 
-    def _emit(self, w: _Worker, kind: VerdictKind, reason: VerdictReason, now: float) -> None:
+    def _emit(self, w: WorkerRecord, kind: VerdictKind, reason: VerdictReason, now: float) -> None:
         silence = self._silence(w, now)
         phi = 0.0 if silence is None else w.accrual.phi_after(silence)
         self._pending.append(Verdict(w.worker_id, w.epoch, kind, reason, now, phi, silence))

@@ -7,12 +7,15 @@ The decisions this module protects:
   first at once (for a command, with its nonce as ``ref``, so a lone sender whose command was
   refused hears why), the rest as one summary with their ``count`` once the period has passed.
   Never an event, a task or a publish per refused message.
-- Every event waits in one bounded queue, drained by a few long-lived publishers (the plane's): when
-  it is full the oldest event is dropped and counted, so a burst (thousands of failures at once, a
-  broker that stalls) neither grows memory nor piles up QoS-1 publishes awaiting acknowledgement.
+- Every event waits in one bounded queue, drained by a few long-lived publishers (``send_events``,
+  ``EVENT_PUBLISHERS`` of them): when it is full the oldest event is dropped and counted, so a burst
+  (thousands of failures at once, a broker that stalls) neither grows memory nor piles up QoS-1
+  publishes awaiting acknowledgement; an event whose publish failed goes back to the queue's head.
   Per-task events (failures, stalls: thousands a second in a run held by backpressure) go out after
   the others and are dropped first, so they never crowd out or hold back a verdict, a command's
   answer or a summary.
+- What is left when the engine stops goes out then (``flush_events``), the untold summaries first
+  (they are the counts a listener adds up), for at most half a second.
 
 Reasons are the engine's own words (``WireError`` and ``CommandRefused`` reasons, ``wrong_topic``),
 never a sender's, so the tallies stay a handful.
@@ -21,18 +24,33 @@ never a sender's, so the tallies stay a handful.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from warpdeck.engine.control.wire import Event
+import aiomqtt
 
-__all__ = ["EVENT_QUEUE_LIMIT", "PER_TASK", "EventQueue", "Summaries", "SummaryKind"]
+from warpdeck.engine.control.wire import Event, encode
+
+__all__ = [
+    "EVENT_PUBLISHERS",
+    "EVENT_QUEUE_LIMIT",
+    "PER_TASK",
+    "EventQueue",
+    "Summaries",
+    "SummaryKind",
+    "flush_events",
+    "send_events",
+]
 
 #: Events waiting at most; each is a few hundred bytes (at most ~8 KiB).
 EVENT_QUEUE_LIMIT = 1000
+#: Long-lived publishers draining the event queue, so at most this many QoS-1 events await their
+#: acknowledgement at once (aiomqtt warns above 10 pending calls, telemetry's and deaths' included).
+EVENT_PUBLISHERS = 4
 _TEXT = 4096
 
 SummaryKind = Literal["command_refused", "message_dropped"]
@@ -155,3 +173,35 @@ class Summaries:
     def untold(self) -> dict[tuple[SummaryKind, str], int]:
         """How many of each reason wait for their summary (a copy)."""
         return {k: self._tallies[k].pending for k in self._pending}
+
+
+async def send_events(client: Any, topic: str, events: EventQueue) -> None:
+    """One of the long-lived publishers of ``events`` to ``topic`` (a publish that fails goes back);
+    returns only by raising: the connection's ``MqttError``, or a cancellation."""
+    while True:
+        ev = await events.get()
+        try:
+            await client.publish(topic, encode(ev), qos=1)
+        except aiomqtt.MqttError:
+            events.put_back(ev)
+            raise
+
+
+async def flush_events(client: Any, topic: str, summaries: Summaries, events: EventQueue,
+                       limit_s: float = 0.5) -> None:
+    """On the way out: every untold summary first (the queue may hold thousands of per-task events),
+    then what the queue holds, for at most ``limit_s``."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancellation (3.11)
+            # Several at once, not one acknowledgement after another: a flood may still be read
+            # between them, and the last summaries are the counts a listener adds up. As many as
+            # the event publishers (aiomqtt warns past 10 publishes awaiting acknowledgement).
+            room = asyncio.Semaphore(EVENT_PUBLISHERS)
+
+            async def publish(ev: Event) -> None:
+                async with room:
+                    await client.publish(topic, encode(ev), qos=1)
+
+            await asyncio.gather(*(publish(ev) for ev in summaries.due(force=True)))
+            while len(events):
+                await client.publish(topic, encode(await events.get()), qos=1)

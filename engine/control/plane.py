@@ -9,22 +9,18 @@ The decisions this module protects:
 - The engine never waits on the broker: the plane reads the latest immutable snapshot and hands
   commands and verdicts to the engine's loop with ``call_soon_threadsafe``; a broker that is away
   only stops telemetry, and the plane reconnects with backoff.
-- Every message is validated once, here, at the socket; a bad one is counted by reason and
-  dropped. A command is verified (HMAC, expiry, replay) as it is read, before the engine sees it.
+- Every message is validated once, here, at the socket, as it is read (no task, no queue); a bad
+  one is counted by reason and dropped, and nothing it raises stops the plane. Commands go on to
+  engine/control/command_intake.py (verified before the engine sees them), worker messages to
+  engine/control/worker_intake.py (which holds Wills and retains deaths for the convicted).
 - Refusing is cheap: a refused command or dropped message costs no task and no publish of its
   own; each reason is told in at most one event a second, and every event waits in one bounded
   queue that drops the oldest (per-task events first) when full (engine/control/outbox.py).
-- A worker convicted for silence is told so by a retained death for that epoch on its own death
-  topic: if it is alive after all, it is born again under a new epoch (engine/control/heartbeat.py).
-  Only a worker heard in this run is convicted, so nothing is retained for a ghost never born or a
-  worker of an earlier run; the plane clears the death it retained (an empty retained message) once
-  the worker is born again or forgotten, so a later engine never reads it as a loss.
-- Whatever the plane keeps per worker goes when the monitor forgets the worker
-  (engine/control/monitor.py bounds the records); the report names at most the last 1 000 workers
-  lost and counts them all.
-- While the plane is itself disconnected the monitor convicts nobody (it marks workers stale);
-  nor while its input runs behind, which the engine's own workers' heartbeats measure
-  (engine/control/lag.py).
+- While the plane is itself disconnected the monitor convicts nobody (it marks workers stale), and
+  the Wills it holds convict nobody either; nor while its input runs behind, which the engine's own
+  workers' heartbeats measure (engine/control/lag.py).
+- It reconnects as every control-plane client does (``keep_connected``, engine/control/looping.py),
+  with an ``offline`` Last Will; on the way out it flushes its events and says ``offline`` itself.
 """
 
 from __future__ import annotations
@@ -37,38 +33,28 @@ import os
 import socket
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiomqtt
-from pydantic_core import from_json
 
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
+from warpdeck.engine.control.command_intake import CommandIntake
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.lag import InputLag
-from warpdeck.engine.control.looping import FIRST_BACKOFF_S, LoopThread, connection, wait_backoff
-from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor, WorkerStatus
-from warpdeck.engine.control.outbox import EventQueue, Summaries
-from warpdeck.engine.control.signing import CommandRefused, Verifier
+from warpdeck.engine.control.looping import LoopThread, keep_connected
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, WorkerStatus
+from warpdeck.engine.control.outbox import EVENT_PUBLISHERS, EventQueue, Summaries, flush_events, send_events
+from warpdeck.engine.control.signing import Verifier
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, summarize
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import (
-    MAX_BYTES,
-    Birth,
-    Death,
-    DropCounter,
-    EngineState,
-    Event,
-    Heartbeat,
-    WireError,
-    decode,
-    encode,
-)
-from warpdeck.engine.control.worker_auth import WorkerAuth, sign_worker
+from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Heartbeat, WireError, decode, encode
+from warpdeck.engine.control.worker_auth import WorkerAuth
+from warpdeck.engine.control.worker_intake import WorkerIntake
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot
 
@@ -77,12 +63,6 @@ __all__ = ["ControlPlane", "ControlSettings"]
 
 _log = logging.getLogger(__name__)
 _WORKER_KINDS = {"birth": frozenset(("birth",)), "hb": frozenset(("hb",)), "death": frozenset(("death",))}
-_MAX_NONCE = 64
-#: Workers lost named in the report (the latest); all of them are counted.
-_LOST_NAMES = 1000
-#: Long-lived publishers draining the event queue, so at most this many QoS-1 events await their
-#: acknowledgement at once (aiomqtt warns above 10 pending calls, telemetry's and deaths' included).
-_EVENT_PUBLISHERS = 4
 
 
 @dataclass(slots=True)
@@ -129,7 +109,6 @@ class ControlPlane:
         #: The in-process workers' heartbeats, by worker id (each its own connection and Will).
         self.heartbeaters: dict[str, Heartbeater] = {}
         self._latest = latest
-        self._command = command
         self._on_verdict = on_verdict
         cfg = settings.monitor or MonitorConfig(interval_s=settings.heartbeat_s)
         self.monitor = WorkerMonitor(cfg)
@@ -140,47 +119,40 @@ class ControlPlane:
         #: Which worker messages to act on: with a secret, only those that verify.
         self.worker_auth = WorkerAuth(settings.secret)
         self.dropped = DropCounter()
-        self.refused: Counter[str] = Counter()
         #: Refusals and drops per reason, told at most once a second each.
         self.summaries = Summaries()
         #: Every event on its way out; when full the oldest goes (per-task events first), counted in
         #: ``events.dropped``: never in ``dropped``, which counts what others sent.
         self.events = EventQueue()
-        self.applied = 0
+        self._commands = CommandIntake(self.verifier, command, self.summaries, self.events)
+        #: Commands refused, by reason (the command intake's count).
+        self.refused = self._commands.refused
+        self._intake = WorkerIntake(self.monitor, self.lag, self.worker_auth, self.heartbeaters, self._drop,
+                                    topics=topics, secret=settings.secret, will_hold_s=settings.will_hold_s)
+        # Every worker message comes this way: the intake's method, looked up once.
+        self._on_worker = self._intake.on_worker
         self.reconnects = 0
         self.connected = threading.Event()
         self.address: BrokerAddress | None = settings.broker
         self.error = ""
         #: The monitor's view of every worker, replaced whole after each tick (read from any thread).
         self.workers: tuple[WorkerStatus, ...] = ()
-        self._heard: dict[str, Heartbeat] = {}
         self._client: Any = None
         #: The current connection's batched reader (None: aiomqtt's own path).
         self.batched: BatchedReader | None = None
-        self._command_tasks: set[asyncio.Task[None]] = set()
-        #: Silent convictions to tell their workers (a retained death on each one's death topic).
-        self._pending_deaths: list[Verdict] = []
-        #: Workers with a death we retained for them, by its epoch; and those to clear it for.
-        self._retained: dict[str, int] = {}
-        self._clears: dict[str, None] = {}
-        #: Workers lost in this run, the latest last (at most _LOST_NAMES; the monitor counts all).
-        self.lost: dict[str, None] = {}
-        #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
-        self._wills: dict[str, tuple[int, float]] = {}
         #: Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``).
         self.verdicts: deque[Verdict] = deque(maxlen=1000)
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._broker: EmbeddedBroker | None = None
         self._thread = LoopThread("warpdeck-control", self._main)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
         self._started = time.time()
         #: When the current connection's subscriptions took effect (monotonic; inf while there is none).
         self._listening_since = math.inf
 
     # -- lifecycle (engine thread) ------------------------------------------------------------
     def start(self) -> None:
-        self._engine_loop = asyncio.get_running_loop()
+        self._engine_loop = self._commands.engine_loop = asyncio.get_running_loop()
         self._thread.start()
 
     def stop(self, timeout: float = 12.0) -> None:
@@ -211,7 +183,7 @@ class ControlPlane:
             error=self.error,
             dropped=self.dropped.counts(),
             commands_refused=dict(self.refused),
-            commands_applied=self.applied,
+            commands_applied=self._commands.applied,
             connected=self.connected.is_set(),
             reconnects=self.reconnects,
             input_lag_s=self.lag.lag_s,
@@ -221,10 +193,22 @@ class ControlPlane:
             workers_forgotten=counted.forgotten,
         )
 
+    @property
+    def applied(self) -> int:
+        """Verified commands the engine ran, whatever they answered."""
+        return self._commands.applied
+
+    def workers_lost(self) -> list[str]:
+        """The workers lost in this run, the latest 1 000 (any thread)."""
+        return self._intake.workers_lost()
+
+    def heard(self) -> dict[str, Heartbeat]:
+        """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
+        return self._intake.heard()
+
     # -- the control thread -------------------------------------------------------------------
     async def _main(self, stopping: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        self._stopping = stopping
         try:
             if self.address is None:
                 self._broker = EmbeddedBroker()
@@ -253,60 +237,37 @@ class ControlPlane:
 
     async def _connect_loop(self, stopping: asyncio.Event) -> None:
         assert self.address is not None
-        offline = encode(
-            EngineState(
-                state="offline",
-                pipeline=self.topics.pipeline,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                started=self._started,
-            )
-        )
-        backoff = FIRST_BACKOFF_S
-        while not stopping.is_set():
-            will = aiomqtt.Will(self.topics.engine_state, offline, qos=1, retain=True)
+        address, topics = self.address, self.topics
+        offline = encode(self._state("offline"))
+
+        def client_kwargs() -> dict[str, Any]:
+            return {**address.client_kwargs(), "will": aiomqtt.Will(topics.engine_state, offline, qos=1, retain=True),
+                    "keepalive": 5, "identifier": f"wd-{topics.pipeline}-engine"[:128], "clean_session": True,
+                    "queue_type": _direct_queue(self._dispatch)}
+
+        async def session(client: aiomqtt.Client) -> None:
+            every = self.settings.read_every_s
+            self.batched = read_in_batches(client, self._on_raw, every) if every else None
             try:
-                async with connection(
-                    **self.address.client_kwargs(),
-                    will=will,
-                    keepalive=5,
-                    identifier=f"wd-{self.topics.pipeline}-engine"[:128],
-                    clean_session=True,
-                    queue_type=_direct_queue(self._dispatch),
-                ) as client:
-                    every = self.settings.read_every_s
-                    self.batched = read_in_batches(client, self._on_raw, every) if every else None
-                    try:
-                        await self._serve(client, stopping)
-                        await self._flush_events(client)
-                        await client.publish(self.topics.engine_state, offline, qos=1, retain=True)
-                    finally:
-                        if self.batched is not None:
-                            self.batched.close()
-                    return
-            except aiomqtt.MqttError as exc:
-                self._lost_connection()
-                self.error = str(exc)
-                if stopping.is_set():
-                    return
-                self.reconnects += 1
-                backoff = await wait_backoff(stopping, backoff)
+                await self._serve(client, stopping)
+                await flush_events(client, topics.events, self.summaries, self.events)
+                await client.publish(topics.engine_state, offline, qos=1, retain=True)
+            finally:
+                if self.batched is not None:
+                    self.batched.close()
+
+        def lost(exc: aiomqtt.MqttError) -> None:
+            self._lost_connection(exc)
+            self.reconnects += 1
+
+        await keep_connected(stopping, client_kwargs, session, lost, on_last=self._lost_connection)
+
+    def _state(self, state: Literal["online", "offline"]) -> EngineState:
+        return EngineState(state=state, pipeline=self.topics.pipeline, host=socket.gethostname(), pid=os.getpid(),
+                           started=self._started)
 
     async def _serve(self, client: Any, stopping: asyncio.Event) -> None:
-        await client.publish(
-            self.topics.engine_state,
-            encode(
-                EngineState(
-                    state="online",
-                    pipeline=self.topics.pipeline,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    started=self._started,
-                )
-            ),
-            qos=1,
-            retain=True,
-        )
+        await client.publish(self.topics.engine_state, encode(self._state("online")), qos=1, retain=True)
         self._client = client
         self.monitor.on_connection(True, time.monotonic())
         # Heartbeats at QoS 0, as they are sent (amqtt would otherwise deliver them at the
@@ -321,8 +282,8 @@ class ControlPlane:
         stop = asyncio.create_task(stopping.wait(), name="wd-plane-stop")
         tasks = [asyncio.create_task(self._publish_loop(client, stopping), name="wd-plane-telemetry"),
                  asyncio.create_task(self._read_loop(client), name="wd-plane-read"),
-                 *(asyncio.create_task(self._send_events(client), name=f"wd-plane-events-{i}")
-                   for i in range(_EVENT_PUBLISHERS)), stop]
+                 *(asyncio.create_task(send_events(client, tp.events, self.events), name=f"wd-plane-events-{i}")
+                   for i in range(EVENT_PUBLISHERS)), stop]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -356,7 +317,7 @@ class ControlPlane:
 
     def _on_message(self, topic: str, payload: bytes, retain: bool) -> None:
         if topic == self._cmd_topic:
-            self._on_command(payload)
+            self._commands.on_command(payload)
             return
         parsed = self.topics.parse_worker(topic)
         if parsed is None:  # amqtt also hands out retained messages of topics we did not ask for
@@ -372,54 +333,6 @@ class ControlPlane:
             return
         self._on_worker(wid, msg, retained=retain)
 
-    def _on_worker(self, wid: str, msg: object, *, retained: bool = False) -> None:
-        now = time.monotonic()
-        if getattr(msg, "worker", wid) != wid:
-            self._drop("wrong_topic", f"worker {getattr(msg, 'worker', '')!r} on {wid!r}'s topic")
-            return
-        if not isinstance(msg, Heartbeat | Birth | Death):  # decode hands out no other kind here
-            return
-        refused = self.worker_auth.accept(msg)
-        if refused is None:
-            refused = self._to_monitor(wid, msg, now, retained)
-        if refused is not None:  # never acted on, never a record
-            self._drop(refused, f"{msg.kind} of {wid!r} (epoch {msg.epoch})")
-
-    def _to_monitor(self, wid: str, msg: Heartbeat | Birth | Death, now: float, retained: bool) -> str | None:
-        """Hand a verified worker message to the monitor; why it was refused, if it was."""
-        refused: str | None = None
-        if isinstance(msg, Heartbeat):
-            refused = self.monitor.on_heartbeat(wid, msg.epoch, msg.seq, msg.progress, now, busy=msg.lanes_busy > 0)
-            if refused is None:
-                self._heard[wid] = msg
-            if wid in self.heartbeaters:
-                # Read, if not taken: just after we subscribe, a heartbeat may overtake its retained
-                # birth (sent at QoS 1, behind the broker's in-flight window). Our own worker's birth
-                # is surely on its way: no drop to report.
-                self.lag.on_heard(wid, msg.epoch, msg.seq)
-                refused = None
-        elif isinstance(msg, Birth):
-            self._wills.pop(wid, None)
-            # Our own worker's birth of this run is this run's, however it reached us; an earlier
-            # run's (an older epoch under the same id) is not.
-            ours = wid in self.heartbeaters and msg.epoch >= self.epoch_of(wid) > 0
-            refused = self.monitor.on_birth(wid, msg.epoch, now, interval_s=msg.interval_s,
-                                            retained=retained and not ours,
-                                            info=msg.model_dump(exclude={"kind", "v", "worker", "epoch"}))
-            if refused is None and msg.epoch > self._retained.get(wid, msg.epoch):
-                del self._retained[wid]  # born again: the death we retained for it is stale
-                self._clears[wid] = None
-            self._forget(self.monitor.take_forgotten())  # records it forgot to make room
-        elif msg.graceful or retained:
-            refused = self.monitor.on_death(wid, msg.epoch, now, graceful=msg.graceful)
-        elif (known := self.monitor.epoch_of(wid)) is None or msg.epoch > known:
-            refused = "unborn"  # a Will of an epoch never born here: not worth holding
-        else:
-            # A broker that shuts down sends every client's Will (Mosquitto does) just before it
-            # drops us: hold a Will briefly and drop it if our own connection goes too.
-            self._wills[wid] = (msg.epoch, now)
-        return refused
-
     def _drop(self, err: WireError | str, detail: str = "") -> None:
         """Count a dropped message by reason; its reason's event waits for that reason's turn."""
         self.dropped.drop(err, detail)
@@ -427,66 +340,6 @@ class ControlPlane:
                                     self.dropped.last)
         if first is not None:
             self.events.put(first)
-
-    def _on_command(self, payload: bytes) -> None:
-        """Verify a command as it is read: a refusal costs no task and no publish of its own. A
-        verified command waits on the engine's loop in a task of its own, in arrival order."""
-        try:
-            cmd = self.verifier.verify(payload)
-        except CommandRefused as exc:
-            self.refused[exc.reason] += 1
-            first = self.summaries.note("command_refused", exc.reason, str(exc), lambda: _nonce_of(payload))
-            if first is not None:
-                self.events.put(first)
-            return
-        task = asyncio.create_task(self._apply(cmd, _nonce_of(payload)))
-        self._command_tasks.add(task)
-        task.add_done_callback(self._command_tasks.discard)
-
-    async def _apply(self, cmd: Command, ref: str) -> None:
-        assert self._engine_loop is not None
-        fut: Future[CommandResult] = asyncio.run_coroutine_threadsafe(self._run_command(cmd), self._engine_loop)
-        try:
-            result = await asyncio.wrap_future(fut)
-        except Exception as exc:  # noqa: BLE001 - reported, never raised into the plane
-            self.events.put(Event(what="command_refused", subject=cmd.kind, reason=repr(exc)[:4096], t=time.time(),
-                                  ref=ref))
-            return
-        self.applied += 1
-        self.events.put(Event(what="command_applied" if result.ok else "command_refused", subject=cmd.kind,
-                              reason=result.message[:4096], t=time.time(), ref=ref, affected=result.affected))
-
-    async def _run_command(self, cmd: Command) -> CommandResult:
-        return await self._command(cmd)
-
-    async def _flush_events(self, client: Any, limit_s: float = 0.5) -> None:
-        """On the way out: every untold summary first (the queue may hold thousands of per-task events),
-        then what the queue holds, for at most ``limit_s``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancellation (3.11)
-                # Several at once, not one acknowledgement after another: a flood may still be read
-                # between them, and the last summaries are the counts a listener adds up. As many as
-                # the event publishers (aiomqtt warns past 10 publishes awaiting acknowledgement).
-                room = asyncio.Semaphore(_EVENT_PUBLISHERS)
-
-                async def publish(ev: Event) -> None:
-                    async with room:
-                        await client.publish(self.topics.events, encode(ev), qos=1)
-
-                await asyncio.gather(*(publish(ev) for ev in self.summaries.due(force=True)))
-                while len(self.events):
-                    await client.publish(self.topics.events, encode(await self.events.get()), qos=1)
-
-    async def _send_events(self, client: Any) -> None:
-        """One of the long-lived publishers of the event queue (a publish that fails goes back)."""
-        events, topic = self.events, self.topics.events
-        while True:
-            ev = await events.get()
-            try:
-                await client.publish(topic, encode(ev), qos=1)
-            except aiomqtt.MqttError:
-                events.put_back(ev)
-                raise
 
     async def _publish_loop(self, client: Any, stopping: asyncio.Event) -> None:
         period = 1.0 / self.settings.telemetry_hz
@@ -502,33 +355,19 @@ class ControlPlane:
                 await client.publish(self.topics.telemetry, encode(tel), qos=0)
                 for ev in tracker.events(snap):
                     self.events.put(ev)
-            deaths, self._pending_deaths = self._pending_deaths, []
-            for v in deaths:
-                # A worker convicted for silence may be alive (thawed, or starved): this tells it,
-                # and it is born again under a new epoch; a monitor that attaches later learns it too.
-                why = f"convicted: silent for {v.silence_s or 0:.1f} s"
-                death = sign_worker(self.settings.secret, Death(worker=v.worker_id, epoch=v.epoch, reason=why))
-                await client.publish(self.topics.worker(v.worker_id, "death"), encode(death), qos=1, retain=True)
-            clears, self._clears = self._clears, {}
-            for wid in clears:  # after the deaths: a worker convicted and re-born at once is cleared too
-                await client.publish(self.topics.worker(wid, "death"), b"", qos=1, retain=True)
+            await self._intake.tell(client)  # retained deaths for the convicted, and their clearing
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period):  # not wait_for: it can swallow a cancellation (3.11)
                     await stopping.wait()
 
-    def _lost_connection(self) -> None:
+    def _lost_connection(self, exc: aiomqtt.MqttError) -> None:
+        """Connecting failed or the connection went (also as the plane stops): the monitor learns
+        so, and the Wills held convict nobody."""
         if self.connected.is_set():
             self.monitor.on_connection(False, time.monotonic())
         self.connected.clear()
-        self._wills.clear()
-
-    def _release_wills(self, now: float) -> None:
-        hold = self.settings.will_hold_s
-        for wid, (epoch, heard) in list(self._wills.items()):
-            if now - heard >= hold:
-                del self._wills[wid]
-                if self.monitor.on_death(wid, epoch, now, graceful=False) is not None:  # forgotten meanwhile
-                    self._drop("unborn", f"death of {wid!r} (epoch {epoch})")
+        self._intake.drop_wills()
+        self.error = str(exc)
 
     async def _tick_loop(self, stopping: asyncio.Event) -> None:
         views_every = 1.0 / self.settings.views_hz
@@ -536,17 +375,17 @@ class ControlPlane:
         while not stopping.is_set():
             now = time.monotonic()
             if self.connected.is_set():
-                self._release_wills(now)
+                self._intake.release_wills(now)
             self._measure_lag(now)
             verdicts = self.monitor.tick(now)
-            self._forget(self.monitor.take_forgotten())
+            self._intake.forget()
             for ev in self.summaries.due():
                 self.events.put(ev)
             for verdict in verdicts:
                 self.verdicts.append(verdict)
                 self.events.put(_verdict_event(verdict))
                 if verdict.kind == "dead":
-                    self._lost(verdict)
+                    self._intake.on_dead(verdict)
                 if self._on_verdict is not None and self._engine_loop is not None:
                     with contextlib.suppress(RuntimeError):  # the engine's loop has ended
                         self._engine_loop.call_soon_threadsafe(self._on_verdict, verdict)
@@ -557,24 +396,6 @@ class ControlPlane:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.tick_s):  # not wait_for (see above)
                     await stopping.wait()
-
-    def _lost(self, verdict: Verdict) -> None:
-        wid = verdict.worker_id
-        self.lost.pop(wid, None)
-        self.lost[wid] = None
-        if len(self.lost) > _LOST_NAMES:
-            del self.lost[next(iter(self.lost))]
-        if verdict.reason == "silent":
-            self._pending_deaths.append(verdict)
-            self._retained[wid] = verdict.epoch
-
-    def _forget(self, workers: list[str]) -> None:
-        """The monitor forgot these workers: so does everything here that remembers them."""
-        for wid in workers:
-            self._heard.pop(wid, None)
-            self.worker_auth.forget(wid)
-            if self._retained.pop(wid, None) is not None:
-                self._clears[wid] = None
 
     def _measure_lag(self, now: float) -> None:
         # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.
@@ -593,20 +414,6 @@ class ControlPlane:
         else:
             _log.info("control plane: input caught up (%.2f s behind)", change.lag_s)
 
-    def workers_lost(self) -> list[str]:
-        """The workers lost in this run, the latest 1 000 (any thread)."""
-        for _ in range(3):
-            with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
-                return list(self.lost)
-        return []
-
-    def heard(self) -> dict[str, Heartbeat]:
-        """The newest heartbeat heard from each worker (lanes busy, leases, device stats); a copy."""
-        for _ in range(3):
-            with contextlib.suppress(RuntimeError):  # changed size while copied from another thread
-                return dict(self._heard)
-        return {}
-
 
 def _direct_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Queue[aiomqtt.Message]]:
     """A queue type for ``aiomqtt.Client(queue_type=...)`` that hands each message straight to
@@ -618,18 +425,6 @@ def _direct_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Qu
             handler(item)
 
     return DirectQueue
-
-
-def _nonce_of(payload: bytes | bytearray) -> str:
-    """The nonce of a command payload, if it has a usable one (to tag the answer), else ""."""
-    if len(payload) > MAX_BYTES["cmd"]:  # refused as oversized: never parsed whole
-        return ""
-    try:
-        obj = from_json(payload)
-    except ValueError:
-        return ""
-    nonce = obj.get("nonce") if isinstance(obj, dict) else None
-    return nonce if isinstance(nonce, str) and len(nonce) <= _MAX_NONCE and nonce.isalnum() else ""
 
 
 def _verdict_event(v: Verdict) -> Event:

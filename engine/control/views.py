@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from warpdeck.engine.control.monitor import WorkerStatus
+from warpdeck.engine.control.monitor_types import WorkerState, WorkerStatus
 from warpdeck.engine.control.wire import DeviceStats, Heartbeat
 from warpdeck.engine.state.snapshot import WorkerView
 
@@ -24,7 +24,7 @@ __all__ = ["local_worker_id", "merge_workers"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]+")
 #: A remote worker's row and what it was built from: (monitor row, state, lanes busy, device, row).
-_Built = tuple[WorkerStatus, str, int | None, DeviceStats | None, WorkerView]
+_Built = tuple[WorkerStatus, WorkerState, int | None, DeviceStats | None, WorkerView]
 #: The last merge's remote rows by worker id, and its rows of ``heard`` in id order (with that
 #: ``heard``). Entries are checked by identity before use, so a stale one is never used: the engine's
 #: loop is the only caller in a run, and callers in other threads at worst rebuild rows.
@@ -70,13 +70,14 @@ def merge_workers(
     before, built = _rows, {}
     for st in order[1]:
         wid = st.worker_id
-        state = "quarantined" if wid in quarantined else str(st.state)
+        state = WorkerState.QUARANTINED if wid in quarantined else st.state
         hb = hbs.get(wid)
         dev = hb.device if hb is not None else None
         if wid in at:
             local = rows[at[wid]]
             rows[at[wid]] = replace(
-                local, state="quarantined" if local.state == "quarantined" else state, epoch=st.epoch,
+                local, state=WorkerState.QUARANTINED if local.state == WorkerState.QUARANTINED else state,
+                epoch=st.epoch,
                 heartbeat_age_s=st.heartbeat_age_s, phi=st.phi,
                 util_pct=dev.util_pct if dev else local.util_pct,
                 mem_used_mb=dev.mem_used_mb if dev else local.mem_used_mb,

@@ -1,4 +1,4 @@
-"""Bounded state (engine/control/monitor.py, engine/control/plane.py): a worker record exists only
+"""Bounded state (engine/control/worker_records.py, monitor.py, worker_intake.py): a worker record exists only
 after a birth, the dead are forgotten, the records have a ceiling, and what is retained on the
 broker speaks only of this run's workers, so a later engine counts no earlier run's as lost.
 
@@ -16,7 +16,8 @@ from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
 
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.monitor import MonitorConfig, VerdictKind, WorkerMonitor, WorkerState
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import MonitorConfig, VerdictKind, WorkerState
 from warpdeck.engine.control.plane import ControlPlane
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Birth, Death, Heartbeat, decode, encode

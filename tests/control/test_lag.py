@@ -15,7 +15,8 @@ from wd_broker import Mosquitto
 from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for, workers
 
 from warpdeck.engine.control.lag import InputLag
-from warpdeck.engine.control.monitor import MonitorConfig, WorkerMonitor, WorkerState
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import MonitorConfig, WorkerState
 
 # -- InputLag -------------------------------------------------------------------------------------
 

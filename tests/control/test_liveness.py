@@ -13,7 +13,7 @@ import time
 from wd_broker import Broker
 from wd_control import EngineThread, WorkerProcess, collect, slow_spec, wait_for, workers
 
-from warpdeck.engine.control.monitor import MonitorConfig
+from warpdeck.engine.control.monitor_types import MonitorConfig
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Death, EngineState, decode
 

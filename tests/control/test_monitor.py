@@ -15,14 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from warpdeck.engine.control.monitor import (
-    MonitorConfig,
-    Verdict,
-    VerdictKind,
-    WorkerMonitor,
-    WorkerState,
-    WorkerStatus,
-)
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, VerdictKind, WorkerState, WorkerStatus
 
 TICK = 0.05
 

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from warpdeck.engine.control.monitor import MonitorConfig, Verdict, WorkerMonitor
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict
 
 TICK_S = 0.05
 IDS = [f"w{i}" for i in range(12)]

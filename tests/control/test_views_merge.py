@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from warpdeck.engine.control.monitor import WorkerMonitor, WorkerStatus
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import WorkerStatus
 from warpdeck.engine.control.views import merge_workers
 from warpdeck.engine.control.wire import DeviceStats, Heartbeat
 from warpdeck.engine.state.snapshot import WorkerView
