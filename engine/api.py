@@ -12,6 +12,7 @@ from pathlib import Path
 from warpdeck.engine.backends import Backend, BackendError, select_backend
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.looping import LoopThread
+from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
@@ -35,6 +36,7 @@ from warpdeck.engine.run.commands import (
     SetDepth,
 )
 from warpdeck.engine.run.engine import Engine
+from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
 from warpdeck.engine.state.metrics import Figures
@@ -43,9 +45,13 @@ from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOut
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
+    DetailState,
     EngineSnapshot,
+    EngineStatus,
     FeederView,
+    LaneStatus,
     LaneView,
+    SlotState,
     SlotView,
     SnapshotPublisher,
     StalledTask,
@@ -54,7 +60,17 @@ from warpdeck.engine.state.snapshot import (
     TaskView,
     WorkerView,
 )
-from warpdeck.engine.state.tasks import ALL_QUARANTINED, Phase, StallReason, State, TaskAttempt
+from warpdeck.engine.state.tasks import (
+    ALL_QUARANTINED,
+    AttemptOutcome,
+    Phase,
+    PhaseName,
+    StallName,
+    StallReason,
+    State,
+    StateName,
+    TaskAttempt,
+)
 
 __all__ = [
     "ALL_QUARANTINED",
@@ -67,6 +83,7 @@ __all__ = [
     "NOWHERE",
     "STALLED",
     "UNAUTHENTICATED",
+    "AttemptOutcome",
     "Backend",
     "BackendError",
     "BatchRecord",
@@ -77,19 +94,24 @@ __all__ = [
     "ControlSettings",
     "ControlView",
     "Counts",
+    "DetailState",
     "Drain",
     "Engine",
     "EngineSnapshot",
+    "EngineStatus",
     "ExitStatus",
+    "FeederState",
     "FeederView",
     "Figures",
     "IterableSource",
     "JournalError",
+    "LaneStatus",
     "LaneView",
     "LoopThread",
     "OutageView",
     "Pause",
     "Phase",
+    "PhaseName",
     "PipelineSpec",
     "Quarantine",
     "Release",
@@ -102,19 +124,23 @@ __all__ = [
     "RunReport",
     "SetDepth",
     "Sink",
+    "SlotState",
     "SlotView",
     "SnapshotPublisher",
     "Source",
     "SpecError",
     "SpecIssue",
     "SpecMismatch",
+    "StallName",
     "StallReason",
     "StalledTask",
     "State",
+    "StateName",
     "TaskAttempt",
     "TaskDetail",
     "TaskFailure",
     "TaskView",
+    "WorkerState",
     "WorkerView",
     "column_codes",
     "load_secret",

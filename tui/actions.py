@@ -56,7 +56,7 @@ def describe_task(key: str, detail: TaskDetail | None) -> str:
     if not detail.admitted:
         return f"{key}, {detail.note or detail.state}"
     state = detail.state + (f" · {detail.phase}" if detail.state == "running" else "")
-    if detail.stall not in ("", "none"):
+    if detail.stall != "none":
         state += f" · stalled: {detail.stall}"
     return f"{key} ({state})"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warpdeck.engine.api import PhaseName, StallName, StateName, WorkerState
+
 __all__ = ["PHASE_GLYPHS", "STALL_BADGES", "STATE_GLYPHS", "WORKER_GLYPHS", "Badge"]
 
 
@@ -21,7 +23,7 @@ class Badge:
     style: str
 
 
-STATE_GLYPHS: dict[str, Badge] = {
+STATE_GLYPHS: dict[StateName, Badge] = {
     "queued": Badge("○", "queued", "queued"),
     "running": Badge("▶", "running", "compute"),
     "done": Badge("✓", "done", "done"),
@@ -29,7 +31,7 @@ STATE_GLYPHS: dict[str, Badge] = {
     "cancelled": Badge("⊘", "cancelled", "cancelled"),
 }
 
-PHASE_GLYPHS: dict[str, Badge] = {
+PHASE_GLYPHS: dict[PhaseName, Badge] = {
     "fill": Badge("◐", "fill", "fill"),
     "h2d": Badge("↑", "h2d", "h2d"),
     "compute": Badge("▶", "compute", "compute"),
@@ -37,7 +39,7 @@ PHASE_GLYPHS: dict[str, Badge] = {
     "sink": Badge("⇲", "sink", "sink"),
 }
 
-STALL_BADGES: dict[str, Badge] = {
+STALL_BADGES: dict[StallName, Badge] = {
     "memory": Badge("◌", "mem", "stall-memory"),
     "control": Badge("⏸", "ctl", "stall-control"),
     "backpressure": Badge("⇥", "bp", "stall-backpressure"),
@@ -45,12 +47,12 @@ STALL_BADGES: dict[str, Badge] = {
     "hung": Badge("⧗", "hung", "stall-hung"),
 }
 
-WORKER_GLYPHS: dict[str, Badge] = {
-    "online": Badge("●", "online", "worker-online"),
-    "late": Badge("◔", "late", "worker-late"),
-    "stale": Badge("◌", "stale", "worker-stale"),
-    "dead": Badge("✗", "dead", "worker-dead"),
-    "quarantined": Badge("⊘", "quarantined", "worker-quarantined"),
+WORKER_GLYPHS: dict[WorkerState, Badge] = {
+    WorkerState.ONLINE: Badge("●", "online", "worker-online"),
+    WorkerState.LATE: Badge("◔", "late", "worker-late"),
+    WorkerState.STALE: Badge("◌", "stale", "worker-stale"),
+    WorkerState.DEAD: Badge("✗", "dead", "worker-dead"),
+    WorkerState.QUARANTINED: Badge("⊘", "quarantined", "worker-quarantined"),
     # Heartbeats flow, progress does not: the stall colour of a hung task.
-    "hung": Badge("⧗", "hung", "stall-hung"),
+    WorkerState.HUNG: Badge("⧗", "hung", "stall-hung"),
 }

@@ -27,26 +27,31 @@ from warpdeck.engine.api import (
     BatchRecord,
     ControlView,
     Counts,
+    DetailState,
     EngineSnapshot,
     FeederView,
     Figures,
     LaneView,
     Phase,
+    PhaseName,
+    SlotState,
     SlotView,
     StalledTask,
+    StallName,
     StallReason,
     State,
     TaskAttempt,
     TaskDetail,
     TaskFailure,
     TaskView,
+    WorkerState,
     WorkerView,
 )
 
 __all__ = ["SyntheticRun"]
 
 _STEPS = 6
-_PHASES = ("fill", "h2d", "compute", "d2h", "sink")
+_PHASES: tuple[PhaseName, ...] = tuple(p.label for p in Phase if p)
 #: Per phase: where it starts in a batch's slot and its mean length, in periods. Compute is the
 #: bottleneck; each phase ends before the next one starts, and before the same phase of the next
 #: batch, even at the longest jitter (x1.05).
@@ -172,13 +177,13 @@ class SyntheticRun:
         by, stalled_n = self._tally(d, rows, reason), np.bincount(reason, minlength=6)
         counts = Counts(queued=int(by[0]), running={name: int(by[6 + i + 1]) for i, name in enumerate(_PHASES)},
                         done=int(by[12]), failed=int(by[18]), cancelled=int(by[24]),
-                        stalled={r.name.lower(): int(stalled_n[r]) for r in StallReason if r},
+                        stalled={r.label: int(stalled_n[r]) for r in StallReason if r},
                         total=self.n, expected=self.n)
         since = self._reached(rows, _STALL_AT[reason] + 1)
         # Weighted, the counts are float64 (numpy's stubs type every bincount as intp).
         stall_s = np.asarray(np.bincount(reason, weights=t - since, minlength=6), np.float64)
-        stalled = tuple(StalledTask(self.keys[r], StallReason(s).name.lower(), t - float(w),
-                                    State(int(state[r])).name.lower(), Phase(int(phase[r])).name.lower(), _NOTES[s])
+        stalled = tuple(StalledTask(self.keys[r], StallReason(s).label, t - float(w),
+                                    State(int(state[r])).label, Phase(int(phase[r])).label, _NOTES[s])
                         for r, s, w in zip(rows[:500].tolist(), reason[:500].tolist(), since[:500].tolist(),
                                            strict=True))
         failures = tuple(TaskFailure(self.keys[r], "ValueError: could not broadcast input array", 1)
@@ -236,9 +241,9 @@ class SyntheticRun:
 
     def _lanes(self, t: float) -> tuple[LaneView, ...]:
         j = int(t / self.period)
-        names = ("filling", "h2d", "computing")
+        names: tuple[SlotState, ...] = ("filling", "h2d", "computing")
         done = max(0, j - 2)
-        return tuple(LaneView(lane, self.depth, "running", False, done, done * self.batch * _TASK_BYTES,
+        return tuple(LaneView(lane, self.depth, "filling", False, done, done * self.batch * _TASK_BYTES,
                               tuple(SlotView(s, names[s % 3], ((j + s) * self.lanes + lane,) * 2 + (-1, -1))
                                     for s in range(self.depth)))
                      for lane in range(self.lanes))
@@ -257,8 +262,9 @@ class SyntheticRun:
         base = 1 / (serial + (1 - serial) / self.lanes)
         amdahl = {f"p={q if q != math.inf else 'inf'}": (1 / (serial + (1 - serial) / q)) / base
                   for q in (self.lanes + 1, 2 * self.lanes, math.inf)}
-        occupancy = {lane: {name: float(m / p) * (1 - 0.02 * lane) for name, m in zip(_PHASES, means, strict=True)}
-                     for lane in range(self.lanes)}
+        occupancy: dict[int, dict[str, float]] = {
+            lane: {name: float(m / p) * (1 - 0.02 * lane) for name, m in zip(_PHASES, means, strict=True)}
+            for lane in range(self.lanes)}
         batches = c.done // self.batch
         return Figures(
             elapsed_s=t, tasks_done=c.done, tasks_failed=c.failed, batches=batches,
@@ -268,7 +274,7 @@ class SyntheticRun:
             mean_phase_s={name: float(m) for name, m in zip(_PHASES, means, strict=True)},
             bound_tasks_s=bound, serial_bound_tasks_s=self.batch / float(means.sum()),
             overlap_efficiency=steady / bound, occupancy=occupancy,
-            stall_s={r.name.lower(): float(stall_s[r]) for r in StallReason if r},
+            stall_s={r.label: float(stall_s[r]) for r in StallReason if r},
             divergence=1, max_divergence=2, serial_fraction=serial, amdahl=amdahl,
         )
 
@@ -277,12 +283,12 @@ class SyntheticRun:
         batches = c.done // self.batch
         share = (c.done * 6 // 10, c.done * 4 // 10)
         return (
-            WorkerView("gpu-a/cuda:0", "online", "gpu-a", 4101, "cuda:0 H100", 1, self.lanes, self.lanes,
+            WorkerView("gpu-a/cuda:0", WorkerState.ONLINE, "gpu-a", 4101, "cuda:0 H100", 1, self.lanes, self.lanes,
                        batches * 6 // 10, share[0], c.failed, 0.1 + 0.3 * (t * 2 % 1), 0.4, 93.0, 31_250.0, 81_559.0),
-            WorkerView("gpu-b/cuda:0", "late", "gpu-b", 4177, "cuda:0 H100", 1, self.lanes, 1, batches * 4 // 10,
-                       share[1], 0, 1.6, 3.4, 71.0, 29_800.0, 81_559.0),
-            WorkerView("gpu-c/cuda:1", "dead", "gpu-c", 3990, "cuda:1 H100", 2, self.lanes, 0, 12, 12 * self.batch,
-                       0, 5.0 + t, 16.0, None, None, None),
+            WorkerView("gpu-b/cuda:0", WorkerState.LATE, "gpu-b", 4177, "cuda:0 H100", 1, self.lanes, 1,
+                       batches * 4 // 10, share[1], 0, 1.6, 3.4, 71.0, 29_800.0, 81_559.0),
+            WorkerView("gpu-c/cuda:1", WorkerState.DEAD, "gpu-c", 3990, "cuda:1 H100", 2, self.lanes, 0, 12,
+                       12 * self.batch, 0, 5.0 + t, 16.0, None, None, None),
         )
 
     # -- detail ------------------------------------------------------------------------------------
@@ -292,7 +298,10 @@ class SyntheticRun:
         d = self._done_end(t)
         row = np.array([r])
         stage = int(self._stage(row, d)[0])
-        state, phase, stall, note, error, tb = "queued", "none", "none", "", "", ""
+        state: DetailState = "queued"
+        phase: PhaseName = "none"
+        stall: StallName = "none"
+        note, error, tb = "", "", ""
         if 0 < stage < 6:
             state, phase = "running", _PHASES[stage - 1]
         elif stage == 6:
@@ -300,7 +309,7 @@ class SyntheticRun:
         hit = np.flatnonzero(self._stall_rows == r)
         if len(hit) and stage > _STALL_AT[self._stall_reason[hit[0]]]:
             reason = int(self._stall_reason[hit[0]])
-            stall, note = StallReason(reason).name.lower(), _NOTES[reason]
+            stall, note = StallReason(reason).label, _NOTES[reason]
             hold = int(_STALL_AT[reason])
             state, phase = ("running", _PHASES[hold - 1]) if hold else ("queued", "none")
         elif r in self._fail_rows and stage > Phase.COMPUTE:

@@ -18,7 +18,7 @@ from warpdeck.engine.control.wire import Event, Telemetry
 from warpdeck.engine.state.board_columns import CANCELLED, DONE, FAILED, STALLED, column_codes
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskView
-from warpdeck.engine.state.tasks import Phase, StallReason, State
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallName, StallReason, State
 
 __all__ = [
     "COLUMN_SAMPLE",
@@ -88,7 +88,7 @@ class EventTracker:
     """Turns successive snapshots into events: a task failed, a stall began or ended."""
 
     _failed: set[tuple[str, int]] = field(default_factory=set)
-    _stalled: dict[str, str] = field(default_factory=dict)
+    _stalled: dict[str, StallName] = field(default_factory=dict)
 
     def events(self, snap: EngineSnapshot) -> list[Event]:
         now = time.time()
@@ -114,8 +114,8 @@ class EventTracker:
 
 
 _N = TypeVar("_N", bound=np.generic)
-_PHASE_OF = {p.name.lower(): p for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)}
-_STALL_OF = {r.name.lower(): r for r in StallReason if r}
+_PHASE_OF = {p.label: p for p in RUN_PHASES}
+_STALL_OF = {r.label: r for r in StallReason if r}
 
 
 def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] = ()) -> EngineSnapshot:
@@ -178,8 +178,8 @@ def detail_from(snap: EngineSnapshot, key: str) -> TaskDetail:
     if key not in tv.keys:
         return TaskDetail(key, "unknown", "none", 1, -1, "none", "", "", "", (), admitted=False, note=NOT_SAMPLED)
     r = tv.keys.index(key)
-    return TaskDetail(key, State(int(tv.state[r])).name.lower(), Phase(int(tv.phase[r])).name.lower(),
-                      int(tv.attempt[r]), -1, StallReason(int(tv.stall[r])).name.lower(), "", "", "", (),
+    return TaskDetail(key, State(int(tv.state[r])).label, Phase(int(tv.phase[r])).label,
+                      int(tv.attempt[r]), -1, StallReason(int(tv.stall[r])).label, "", "", "", (),
                       note=FROM_TELEMETRY)
 
 

@@ -38,6 +38,7 @@ from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
+    EngineStatus,
     FeederView,
     LaneView,
     StalledTask,
@@ -219,7 +220,7 @@ class Telemetry(_Wire):
     seq: int = Field(ge=0)
     t: float
     pipeline: _Id
-    status: _Text
+    status: EngineStatus
     backend: _Text
     backend_reason: _Text = ""
     device: _Text = ""

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal
-from warpdeck.engine.state.tasks import State, TaskTable
+from warpdeck.engine.state.tasks import AttemptOutcome, State, TaskTable
 
 __all__ = ["JournaledTable"]
 
@@ -63,7 +63,7 @@ class JournaledTable(TaskTable):
         self.journal.ended([self.keys[r] for r in rows], state, [self.error(r) for r in rows],
                            [self.traceback(r) for r in rows])
 
-    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: str, reason: str = "", tb: str = "") -> None:
+    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: AttemptOutcome, reason: str = "", tb: str = "") -> None:
         super().new_attempt(idx, outcome, reason, tb)
         if self.journal is not None and len(idx):
             rows = np.unique(idx).tolist()

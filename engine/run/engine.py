@@ -52,7 +52,7 @@ from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord, StagePlan, plan_stages
 from warpdeck.engine.state.report import RunFacts, RunReport, make_report
-from warpdeck.engine.state.snapshot import EngineSnapshot, SnapshotPublisher, TaskDetail
+from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus, SnapshotPublisher, TaskDetail
 from warpdeck.engine.state.snapshot_builder import HOST, SnapshotBuilder
 from warpdeck.engine.state.task_keys import TaskKeys
 from warpdeck.engine.state.tasks import State
@@ -104,7 +104,7 @@ class Engine:
                                           executor=self.executor, control=lambda: self.control,
                                           epoch_of=self._epoch_of)
         self._snapshot_interval = snapshot_interval
-        self._status = "starting"
+        self._status: EngineStatus = "starting"
         self._main: asyncio.Task[None] | None = None
         self.report: RunReport | None = None
 
@@ -280,7 +280,7 @@ class Engine:
             self.publisher.publish(self.snapshot())
             self.publisher.close()
 
-    def _final_status(self) -> str:
+    def _final_status(self) -> EngineStatus:
         """Stopped (work left: tasks queued or running, or a source not exhausted nor drained) beats
         cancelled beats drained beats finished."""
         counts = self.table.counts()

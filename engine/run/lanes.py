@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.slots import Buffer, Slot
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
-from warpdeck.engine.state.snapshot import LaneView, SlotView
+from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["Lane", "phase_spans"]
@@ -75,7 +75,7 @@ class _Filling:
 
 
 _STOP = None
-_SLOT_STATE: dict[Phase, Literal["free", "filling", "h2d", "computing", "d2h", "readable"]] = {
+_SLOT_STATE: dict[Phase, SlotState] = {
     Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
     Phase.D2H: "d2h", Phase.SINK: "readable"}
 
@@ -97,7 +97,7 @@ class Lane:
         self._ptr = 0
         self._next_index = depth
         self._last_compute: Marker | None = None
-        self.status = "starting"
+        self.status: LaneStatus = "starting"
         self.output_blocked = False
         self.batches_done = 0
         self.reallocations = 0

@@ -37,7 +37,7 @@ from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.state.records import BatchRecord, StagePlan
-from warpdeck.engine.state.snapshot import LaneView, SlotView
+from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotView
 from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
@@ -86,7 +86,7 @@ class RayLane:
         self._depth = max(2, depth)
         #: The slots live in the actor; the engine shows the batches it has out instead.
         self.ring: list[Slot] = []
-        self.status = "starting"
+        self.status: LaneStatus = "starting"
         self.output_blocked = False
         self.batches_done = 0
         self.nbytes = 0

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import BatchKey, Source
@@ -125,12 +126,12 @@ class RayExecutor:
         """Stop every actor (goodbye on the broker), then end them."""
         await asyncio.gather(*(w.close(timeout_s) for w in self.workers))
 
-    def view(self, worker: str, state: str, lanes: int, lanes_busy: int, done: int, failed: int) -> WorkerView:
+    def view(self, worker: str, state: WorkerState, lanes: int, lanes_busy: int, done: int, failed: int) -> WorkerView:
         """An actor's row before the monitor adds what it heard (state, heartbeat age, phi)."""
         w = self._by_id[worker]
         h = w.hello
         if w.gone.is_set():
-            state = "dead"
+            state = WorkerState.DEAD
         return WorkerView(id=w.id, state=state, host=h.host if h else "", pid=h.pid if h else 0,
                           device=h.device if h else "", epoch=w.epoch, lanes=lanes, lanes_busy=lanes_busy,
                           progress=w.batches_done, tasks_done=done, tasks_failed=failed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from warpdeck.engine.state.read_only import LaneFigures, NamedFigures, read_only_by_lane, set_read_only
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.tasks import RUN_PHASES, StallReason
 
@@ -49,19 +50,24 @@ class Figures:
     """Tasks/s over the last few seconds (the live sparkline)."""
     latency_p50_s: float
     latency_p99_s: float
-    mean_phase_s: dict[str, float]
+    mean_phase_s: NamedFigures
     bound_tasks_s: float
     """1 / max(mean phase time) per lane, times lanes and mean batch size: perfect overlap."""
     serial_bound_tasks_s: float
     """1 / sum(mean phase times): no overlap at all."""
     overlap_efficiency: float
-    occupancy: dict[int, dict[str, float]]
-    stall_s: dict[str, float]
+    occupancy: LaneFigures
+    stall_s: NamedFigures
     divergence: int
     max_divergence: int
     serial_fraction: float
-    amdahl: dict[str, float]
+    amdahl: NamedFigures
     """Most speedup more lanes could give over the current count: p = lanes+1, 2x, infinity."""
+
+    def __post_init__(self) -> None:
+        # A snapshot's figures are shared by every reader: read-only (engine/state/read_only.py).
+        set_read_only(self, "mean_phase_s", "stall_s", "amdahl")
+        object.__setattr__(self, "occupancy", read_only_by_lane(self.occupancy))
 
 
 class MetricsAccumulator:

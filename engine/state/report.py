@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from warpdeck.engine.edges.journal import JournalError
-from warpdeck.engine.state.snapshot import EngineSnapshot
+from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus
 
 if TYPE_CHECKING:
     from warpdeck.engine.control.plane import ControlPlane
@@ -167,7 +167,7 @@ class RunReport(_Frozen):
 
     schema_version: int = 1
     pipeline: str
-    status: str
+    status: EngineStatus
     backend: str
     backend_reason: str
     device: str

@@ -1,9 +1,14 @@
 """Immutable engine snapshots and the latest-wins publisher.
 
-The decision this module protects: the UI (in process or attached) sees the engine only through
-``EngineSnapshot``: frozen, self-contained, cheap to make (the task table's state columns are
-copied, a few MB for a million tasks; keys are shared because they are append-only), and
-published latest-wins, so a slow reader skips snapshots and never slows the engine.
+The decisions this module protects:
+- The UI (in process or attached) sees the engine only through ``EngineSnapshot``: frozen,
+  self-contained, cheap to make (the task table's state columns are copied, a few MB for a million
+  tasks; keys are shared because they are append-only), and published latest-wins, so a slow reader
+  skips snapshots and never slows the engine.
+- Every field that names a state is typed with the states it can hold (a ``Literal`` defined once,
+  or the enum that owns the state), so a misspelt state is a type error, and the wire refuses one it
+  decodes. Its mappings (counts by name, figures) are read-only (engine/state/read_only.py): no
+  reader can change what every reader sees.
 """
 
 from __future__ import annotations
@@ -11,21 +16,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.control.monitor_types import WorkerState
+from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.read_only import NamedCounts, set_read_only
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import Phase, StallReason, State, TaskAttempt
+from warpdeck.engine.state.tasks import Phase, PhaseName, StallName, StallReason, State, StateName, TaskAttempt
 
 __all__ = [
+    "FINISHED_STATUSES",
     "ControlView",
     "Counts",
+    "DetailState",
     "EngineSnapshot",
+    "EngineStatus",
     "FeederView",
+    "LaneStatus",
     "LaneView",
+    "SlotState",
     "SlotView",
     "SnapshotPublisher",
     "StalledTask",
@@ -35,6 +49,23 @@ __all__ = [
     "WorkerView",
 ]
 
+#: The engine's status: ``starting`` until the run begins, ``running`` until it ends, then how it
+#: ended (engine/run/engine.py, ``Engine._final_status``): ``stopped`` with work left (an outage, a
+#: journal failure, a cancelled run task), ``cancelled`` (everything cancelled), ``drained`` (the
+#: source was drained) or ``finished``.
+EngineStatus = Literal["starting", "running", "stopped", "cancelled", "drained", "finished"]
+#: The statuses of a run that ended with nothing left to do (``stopped`` left work for a resume).
+FINISHED_STATUSES: frozenset[EngineStatus] = frozenset(("finished", "drained", "cancelled"))
+#: What a lane is doing (engine/run/lanes.py; a Ray lane, engine/scaleout/dispatch.py, waits for its
+#: actor and may find its worker gone).
+LaneStatus = Literal["starting", "waiting for slot", "waiting for input", "filling", "waiting for the actor",
+                     "worker gone", "stopped"]
+#: A slot as its newest batch's phase leaves it: ``readable`` once its output waits for the sink.
+SlotState = Literal["free", "filling", "h2d", "computing", "d2h", "readable"]
+#: A task's state in its detail; ``unknown`` for a key an attached control room's telemetry did not
+#: sample (engine/control/telemetry.py, ``detail_from``).
+DetailState = StateName | Literal["unknown"]
+
 
 @dataclass(frozen=True, slots=True)
 class Counts:
@@ -42,14 +73,19 @@ class Counts:
     counted in their state)."""
 
     queued: int
-    running: dict[str, int]
+    #: Running tasks by phase name (``fill`` to ``sink``).
+    running: NamedCounts
     done: int
     failed: int
     cancelled: int
-    stalled: dict[str, int]
+    #: Stalled tasks by stall name (``memory`` to ``hung``).
+    stalled: NamedCounts
     total: int
     #: Tasks the source will yield in all, when it knows.
     expected: int | None
+
+    def __post_init__(self) -> None:
+        set_read_only(self, "running", "stalled")
 
     @property
     def running_total(self) -> int:
@@ -94,10 +130,10 @@ class StalledTask:
     """One stalled task: why, for how long, and where."""
 
     key: str
-    reason: str
+    reason: StallName
     stalled_s: float
-    state: str
-    phase: str
+    state: StateName
+    phase: PhaseName
     note: str
 
 
@@ -117,12 +153,12 @@ class TaskDetail:
     the source will still yield, or one an earlier run of the run directory finished."""
 
     key: str
-    state: str
-    phase: str
+    state: DetailState
+    phase: PhaseName
     #: The current attempt's number; the first is 1.
     attempt: int
     batch: int
-    stall: str
+    stall: StallName
     stall_note: str
     error: str
     traceback: str
@@ -141,7 +177,7 @@ class SlotView:
     output and pinned output (-1: free)."""
 
     index: int
-    state: str
+    state: SlotState
     holders: tuple[int, int, int, int]
 
 
@@ -151,7 +187,7 @@ class LaneView:
 
     id: int
     depth: int
-    status: str
+    status: LaneStatus
     output_blocked: bool
     batches_done: int
     nbytes: int
@@ -160,9 +196,10 @@ class LaneView:
 
 @dataclass(frozen=True, slots=True)
 class FeederView:
-    """The feeder's watermarks and state."""
+    """The feeder's watermarks and state: the feeder's own while the engine runs, the engine's status
+    before and after."""
 
-    state: str
+    state: FeederState | EngineStatus
     ready: int
     low: int
     high: int
@@ -176,12 +213,12 @@ class FeederView:
 class WorkerView:
     """One worker (a device with its lanes) as the control room lists it.
 
-    ``state`` is online, late, stale, dead or quarantined. The in-process worker is the engine
+    ``state`` is online, late, stale, hung, dead or quarantined. The in-process worker is the engine
     itself, so it has no heartbeat: ``heartbeat_age_s`` and ``phi`` are None until a worker speaks
     over MQTT. Device figures are None where the device cannot report them (NumPy on a CPU)."""
 
     id: str
-    state: str
+    state: WorkerState
     host: str
     pid: int
     device: str
@@ -207,8 +244,8 @@ class ControlView:
     broker: str
     connected: bool
     commands_applied: int
-    commands_refused: dict[str, int]
-    dropped: dict[str, int]
+    commands_refused: NamedCounts
+    dropped: NamedCounts
     reconnects: int
     error: str = ""
     #: How far behind the monitor's input ran at the last tick (seconds), and how many times that
@@ -223,6 +260,9 @@ class ControlView:
     workers_lost: int = 0
     workers_forgotten: int = 0
 
+    def __post_init__(self) -> None:
+        set_read_only(self, "commands_refused", "dropped")
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
@@ -233,7 +273,7 @@ class EngineSnapshot:
     t: float
     t0: float
     pipeline: str
-    status: str
+    status: EngineStatus
     backend: str
     backend_reason: str
     device: str
@@ -253,10 +293,10 @@ class EngineSnapshot:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("finished", "drained", "cancelled", "failed")
+        return self.status in FINISHED_STATUSES
 
 
-STALL_NAMES = {r.name.lower(): r for r in StallReason if r}
+STALL_NAMES = {r.label: r for r in StallReason if r}
 
 
 class SnapshotPublisher:

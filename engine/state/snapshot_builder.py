@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends import Backend
+from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.views import merge_workers
 from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.outage import Outage
@@ -25,6 +26,7 @@ from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
     EngineSnapshot,
+    EngineStatus,
     FeederView,
     LaneView,
     StalledTask,
@@ -56,7 +58,7 @@ class SnapshotBuilder:
         self._epoch_of = epoch_of
         self._seq = 0
 
-    def build(self, status: str, t0: float) -> EngineSnapshot:
+    def build(self, status: EngineStatus, t0: float) -> EngineSnapshot:
         """The run as of now; ``status`` is the engine's, ``t0`` its start (``time.perf_counter``)."""
         s = self.s
         self._seq += 1
@@ -69,21 +71,21 @@ class SnapshotBuilder:
         by_reason = np.bincount(stall_col[stalled_rows], minlength=len(StallReason)) if len(stalled_rows) else None
         counts = Counts(
             queued=int(c[State.QUEUED].sum()),
-            running={p.name.lower(): int(c[State.RUNNING, p]) for p in RUN_PHASES},
+            running={p.label: int(c[State.RUNNING, p]) for p in RUN_PHASES},
             done=int(c[State.DONE].sum()), failed=int(c[State.FAILED].sum()),
             cancelled=int(c[State.CANCELLED].sum()),
-            stalled={r.name.lower(): int(by_reason[r]) if by_reason is not None else 0 for r in StallReason if r},
+            stalled={r.label: int(by_reason[r]) if by_reason is not None else 0 for r in StallReason if r},
             total=n, expected=self._source.total,
         )
         mono = time.monotonic()
         stalled = tuple(
-            StalledTask(t.keys[r], StallReason(int(t.stall[r])).name.lower(), mono - float(t.stall_since[r]),
-                        t.state_of(r).name.lower(), t.phase_of(r).name.lower(), t.stall_note(r))
+            StalledTask(t.keys[r], StallReason(int(t.stall[r])).label, mono - float(t.stall_since[r]),
+                        t.state_of(r).label, t.phase_of(r).label, t.stall_note(r))
             for r in stalled_rows[:500].tolist())
         view = TaskView(t.keys, _frozen(t.state[:n]), _frozen(t.phase[:n]), _frozen(stall_col),
                         _frozen(t.attempt[:n]))
         lanes = tuple(lane.view() for lane in s.lanes)
-        feeder = FeederView(s.feeder.state.value if status == "running" else status,
+        feeder = FeederView(s.feeder.state if status == "running" else status,
                             len(s.ready), s.feeder.low, s.feeder.high, n, s.feeder.exhausted,
                             s.auto_depth, len(s.tuner.decisions))
         figures = s.metrics.figures(now, t0, counts.done, counts.failed, s.ready.divergence, s.ready.max_divergence)
@@ -112,7 +114,8 @@ class SnapshotBuilder:
         are the engine's (a task is not tied to one worker across its attempts)."""
         s = self.s
         busy = sum(any(h >= 0 for sl in lane.slots for h in sl.holders) for lane in lanes)
-        state = "quarantined" if wid in s.quarantined else "dead" if s.leases.held(wid) else "online"
+        state = (WorkerState.QUARANTINED if wid in s.quarantined else WorkerState.DEAD if s.leases.held(wid)
+                 else WorkerState.ONLINE)
         if self._executor is not None:
             return self._executor.view(wid, state, len(lanes), busy, counts.done, counts.failed)
         return WorkerView(id=wid, state=state, host=HOST, pid=os.getpid(), device=self._backend.device_name,

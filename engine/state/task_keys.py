@@ -223,8 +223,8 @@ class TaskKeys:
         rows = t.of([key])
         if len(rows):
             r = int(rows[0])
-            return TaskDetail(key, t.state_of(r).name.lower(), t.phase_of(r).name.lower(), int(t.attempt[r]),
-                              int(t.batch[r]), StallReason(int(t.stall[r])).name.lower(), t.stall_note(r),
+            return TaskDetail(key, t.state_of(r).label, t.phase_of(r).label, int(t.attempt[r]),
+                              int(t.batch[r]), StallReason(int(t.stall[r])).label, t.stall_note(r),
                               t.error(r), t.traceback(r), t.history(r), t.flag(r))
         where = self.where(key)
         if where is Where.UNKNOWN:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -25,14 +26,25 @@ import numpy.typing as npt
 __all__ = [
     "ALL_QUARANTINED",
     "ATTEMPT_OUTCOMES",
+    "AttemptOutcome",
     "IllegalTransition",
     "Phase",
+    "PhaseName",
+    "StallName",
     "StallReason",
     "State",
+    "StateName",
     "TaskAttempt",
     "TaskTable",
     "check_transition",
 ]
+
+#: How snapshots, the wire and the control room spell a ``State``, a ``Phase`` and a ``StallReason``:
+#: each member's name in lower case, in member order (checked against the enums when this module
+#: loads, so the two cannot drift apart). The columns hold the enums' numbers; ``.label`` gives these.
+StateName = Literal["queued", "running", "done", "failed", "cancelled"]
+PhaseName = Literal["none", "fill", "h2d", "compute", "d2h", "sink"]
+StallName = Literal["none", "memory", "control", "backpressure", "worker_lost", "hung"]
 
 
 class State(enum.IntEnum):
@@ -49,6 +61,11 @@ class State(enum.IntEnum):
         """True for states an attempt never leaves."""
         return self >= State.DONE
 
+    @property
+    def label(self) -> StateName:
+        """The state as snapshots and the wire spell it (``"running"``)."""
+        return _STATE_LABELS[self]
+
 
 class Phase(enum.IntEnum):
     """Where a running task is in its lane; NONE for tasks that are not running."""
@@ -59,6 +76,11 @@ class Phase(enum.IntEnum):
     COMPUTE = 3
     D2H = 4
     SINK = 5
+
+    @property
+    def label(self) -> PhaseName:
+        """The phase as snapshots and the wire spell it (``"compute"``)."""
+        return _PHASE_LABELS[self]
 
 
 RUN_PHASES: tuple[Phase, ...] = (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
@@ -73,6 +95,29 @@ class StallReason(enum.IntEnum):
     BACKPRESSURE = 3
     WORKER_LOST = 4
     HUNG = 5
+
+    @property
+    def label(self) -> StallName:
+        """The reason as snapshots and the wire spell it (``"worker_lost"``)."""
+        return _STALL_LABELS[self]
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _labels(members: type[_E], names: tuple[Any, ...]) -> dict[_E, Any]:
+    """Each member with its spelling: the Literal's names in member order, which must be the
+    members' own names in lower case (a member added to one and not the other fails here, at import)."""
+    labels = dict(zip(members, names, strict=True))
+    wrong = [f"{m.name} spelled {n!r}" for m, n in labels.items() if m.name.lower() != n]
+    if wrong:
+        raise TypeError(f"{members.__name__}: {', '.join(wrong)}")
+    return labels
+
+
+_STATE_LABELS: Mapping[State, StateName] = _labels(State, get_args(StateName))
+_PHASE_LABELS: Mapping[Phase, PhaseName] = _labels(Phase, get_args(PhaseName))
+_STALL_LABELS: Mapping[StallReason, StallName] = _labels(StallReason, get_args(StallName))
 
 
 #: The control stall's note on tasks that cannot start because every worker is quarantined (the
@@ -118,7 +163,9 @@ def check_transition(state: State, phase: Phase, to_state: State, to_phase: Phas
     return to_state in (State.FAILED, State.CANCELLED)
 
 
-ATTEMPT_OUTCOMES = ("done", "failed", "cancelled", "requeued")
+#: How an attempt ended; ``requeued``: taken back without failing it (a lost worker, a resumed run).
+AttemptOutcome = Literal["done", "failed", "cancelled", "requeued"]
+ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = get_args(AttemptOutcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +174,7 @@ class TaskAttempt:
 
     #: The attempt's number; the first is 1.
     attempt: int
-    outcome: str
+    outcome: AttemptOutcome
     at: float
     reason: str = ""
     traceback: str = ""
@@ -294,7 +341,7 @@ class TaskTable:
         for i in idx.tolist():
             self._sparse.error[i] = reason
 
-    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: str, reason: str = "", tb: str = "") -> None:
+    def new_attempt(self, idx: npt.NDArray[np.int64], outcome: AttemptOutcome, reason: str = "", tb: str = "") -> None:
         """Close each task's current attempt with ``outcome`` and queue a fresh one.
 
         Allowed from running (a failed batch retried by policy, a lost worker's lease requeued)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from warpdeck.engine.control.monitor_types import WorkerState
+from warpdeck.engine.control.telemetry import snapshot_from
 from warpdeck.engine.control.wire import (
     Birth,
     Death,
@@ -17,9 +20,21 @@ from warpdeck.engine.control.wire import (
     EngineState,
     Event,
     Heartbeat,
+    Telemetry,
     WireError,
     decode,
     encode,
+)
+from warpdeck.engine.run.feeder import FeederState
+from warpdeck.engine.state.metrics import MetricsAccumulator
+from warpdeck.engine.state.snapshot import (
+    ControlView,
+    Counts,
+    FeederView,
+    LaneView,
+    SlotView,
+    StalledTask,
+    WorkerView,
 )
 
 SAMPLES = [
@@ -97,3 +112,56 @@ def test_fuzzed_objects_never_raise_anything_but_a_wire_error(kind: str, fields:
 def test_fuzzed_bytes_never_raise_anything_but_a_wire_error(raw: bytes) -> None:
     with contextlib.suppress(WireError):
         decode(raw)
+
+
+# -- telemetry: states are typed, counts read-only ------------------------------------------------
+def _telemetry() -> Telemetry:
+    return Telemetry(
+        seq=7, t=3.5, pipeline="p", status="running", backend="numpy",
+        counts=Counts(queued=4, running={"fill": 1, "compute": 2}, done=9, failed=0, cancelled=0,
+                      stalled={"memory": 1}, total=16, expected=16),
+        figures=MetricsAccumulator(lanes=1).figures(3.5, 0.0, 9, 0, 1, 1),
+        lanes=(LaneView(0, 2, "filling", False, 3, 4096, (SlotView(0, "computing", (5, 5, -1, -1)),)),),
+        feeder=FeederView(FeederState.FILLING, 4, 2, 8, 16, False, False, 0),
+        workers=(WorkerView("w1", WorkerState.LATE, "h", 1, "cpu", 1, 1, 1, 3, 9, 0),),
+        stalled=(StalledTask("k3", "memory", 1.5, "running", "fill", ""),),
+        control=ControlView(broker="mqtt://b:1883", connected=True, commands_applied=1,
+                            commands_refused={"expired": 2}, dropped={"invalid": 1}, reconnects=0),
+    )
+
+
+def test_telemetry_round_trips_its_states_as_they_were() -> None:
+    tel = _telemetry()
+    back = decode(encode(tel))
+    assert back == tel
+    assert isinstance(back, Telemetry)
+    assert back.feeder.state is FeederState.FILLING and back.workers[0].state is WorkerState.LATE
+
+
+def test_counts_decoded_from_telemetry_cannot_be_changed() -> None:
+    back = decode(encode(_telemetry()))
+    assert isinstance(back, Telemetry) and back.control is not None
+    snap = snapshot_from(back)  # what an attached control room draws
+    by_name: list[Mapping[str, float]] = [
+        back.counts.running, back.counts.stalled, back.control.commands_refused, back.control.dropped,
+        back.figures.stall_s, snap.counts.running]
+    for counts in by_name:
+        with pytest.raises(TypeError):
+            counts["fill"] = 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize("path", [
+    ("status",), ("feeder", "state"), ("lanes", 0, "status"), ("lanes", 0, "slots", 0, "state"),
+    ("workers", 0, "state"), ("stalled", 0, "reason"), ("stalled", 0, "state"), ("stalled", 0, "phase"),
+], ids=lambda p: ".".join(map(str, p)))
+def test_a_misspelt_state_in_telemetry_is_refused_naming_its_field(path: tuple[str | int, ...]) -> None:
+    obj = json.loads(encode(_telemetry()))
+    *head, last = path
+    target = obj
+    for p in head:
+        target = target[p]
+    target[last] = "Running"
+    with pytest.raises(WireError) as info:
+        decode(json.dumps(obj).encode(), frozenset(("telemetry",)))
+    assert info.value.reason == "invalid"
+    assert info.value.detail.startswith(f"telemetry: {'.'.join(map(str, path))}")

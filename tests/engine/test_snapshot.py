@@ -16,7 +16,7 @@ import pytest
 
 from warpdeck.engine.edges.config import PipelineSpec, parse_spec
 from warpdeck.engine.run.engine import Engine
-from warpdeck.engine.state.snapshot import EngineSnapshot, SnapshotPublisher
+from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, SnapshotPublisher
 from warpdeck.engine.state.tasks import Phase, State
 
 COUNT = 10
@@ -96,6 +96,39 @@ async def test_snapshot_counts_agree_with_its_task_view(eng: Engine) -> None:
     assert snap.counts.running["fill"] == len(snap.tasks.rows(State.RUNNING, Phase.FILL)) == 3
     assert snap.counts.cancelled == 1
     assert snap.counts.finished == 1
+
+
+async def test_snapshot_counts_by_name_cannot_be_changed(eng: Engine) -> None:
+    await eng.feeder.step()
+    counts = eng.snapshot().counts
+    for by_name, name in ((counts.running, "fill"), (counts.stalled, "memory")):
+        with pytest.raises(TypeError):
+            by_name[name] = 99  # type: ignore[index]
+        with pytest.raises(TypeError):
+            del by_name[name]  # type: ignore[attr-defined]
+    assert counts.running["fill"] == 0 and counts.stalled["memory"] == 0
+
+
+async def test_snapshot_figures_by_name_and_lane_cannot_be_changed(eng: Engine) -> None:
+    figures = dataclasses.replace(eng.snapshot().figures, occupancy={0: {"fill": 0.5}})
+    for by_name in (figures.mean_phase_s, figures.stall_s, figures.amdahl, figures.occupancy[0]):
+        with pytest.raises(TypeError):
+            by_name["fill"] = 1.0  # type: ignore[index]
+    with pytest.raises(TypeError):
+        figures.occupancy[1] = {}  # type: ignore[index]
+
+
+def test_a_control_view_keeps_a_read_only_copy_of_the_counts_it_is_given() -> None:
+    refused, dropped = {"expired": 1}, {"invalid": 2}
+    view = ControlView(broker="mqtt://b:1883", connected=True, commands_applied=0, commands_refused=refused,
+                       dropped=dropped, reconnects=0)
+    refused["expired"] = 5  # the plane's own counters go on counting
+    dropped.clear()
+    assert (view.commands_refused, view.dropped) == ({"expired": 1}, {"invalid": 2})
+    with pytest.raises(TypeError):
+        view.dropped["invalid"] = 0  # type: ignore[index]
+    # a copy made from the view shares its read-only counts instead of copying them again
+    assert dataclasses.replace(view, reconnects=1).dropped is view.dropped
 
 
 # -- publisher --------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -17,10 +18,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from warpdeck.engine.state.tasks import (
     ATTEMPT_OUTCOMES,
+    AttemptOutcome,
     IllegalTransition,
     Phase,
+    PhaseName,
+    StallName,
     StallReason,
     State,
+    StateName,
     TaskTable,
     check_transition,
 )
@@ -84,6 +89,16 @@ def test_documented_rules_allow_exactly_the_happy_path_moves_from_valid_states()
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("members", "names"), [(State, StateName), (Phase, PhaseName), (StallReason, StallName)],
+                         ids=["state", "phase", "stall"])
+def test_each_member_is_spelt_by_its_literal_in_member_order(members: type[State], names: object) -> None:
+    assert [m.label for m in members] == [m.name.lower() for m in members] == list(get_args(names))
+
+
+def test_attempt_outcomes_keep_the_names_journals_hold() -> None:
+    assert ATTEMPT_OUTCOMES == get_args(AttemptOutcome) == ("done", "failed", "cancelled", "requeued")
+
+
 def rows(*i: int) -> np.ndarray:
     return np.array(i, np.int64)
 

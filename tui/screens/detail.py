@@ -24,7 +24,7 @@ __all__ = ["DetailScreen", "render_detail"]
 
 def render_detail(d: TaskDetail) -> Group:
     """Everything known about one task, as rich renderables."""
-    badge = STATE_GLYPHS.get(d.state)
+    badge = STATE_GLYPHS.get(d.state) if d.state != "unknown" else None
     head = Text()
     head.append(f"{badge.glyph if badge else '?'} {d.key}\n", "bold")
     head.append(f"state {d.state}")

@@ -8,8 +8,9 @@ screens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import groupby
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from rich.table import Table
 from textual.app import ComposeResult
@@ -82,7 +83,10 @@ def glyph_table() -> Table:
     return table
 
 
-def _badges(badges: dict[str, Badge], *, long: bool = False) -> str:
+_Name = TypeVar("_Name", bound=str)
+
+
+def _badges(badges: Mapping[_Name, Badge], *, long: bool = False) -> str:
     return "  ".join(f"{b.glyph} {b.label}" + (f" ({name.replace('_', ' ')})" if long else "")
                      for name, b in badges.items())
 

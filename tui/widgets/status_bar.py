@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot
+from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot, EngineStatus
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.fit import Part, count_forms, fit_parts
 
@@ -22,13 +22,14 @@ __all__ = ["StatusBar", "run_state"]
 
 _SCREENS = (("board", "1 Board"), ("workers", "2 Workers"), ("timeline", "3 Timeline"))
 _GAP = "  "
+#: The glyph of each status a run ends in.
+_ENDED: dict[EngineStatus, str] = {"finished": "✓", "drained": "✓", "cancelled": "⊘", "stopped": "■"}
 
 
 def run_state(snap: EngineSnapshot) -> tuple[str, str]:
     """The run's state as a glyph and words: what it is doing now, not only what it was started as."""
     if snap.finished or snap.status == "stopped":
-        glyph = {"finished": "✓", "drained": "✓", "cancelled": "⊘", "failed": "✗"}.get(snap.status, "■")
-        return glyph, snap.status
+        return _ENDED.get(snap.status, "■"), snap.status
     if snap.outage is not None:
         return "⚠", "outage: holding"
     if snap.feeder.state == "paused":

@@ -38,16 +38,16 @@ from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
-from warpdeck.engine.api import EngineSnapshot, Phase, StallReason, State
+from warpdeck.engine.api import EngineSnapshot, Phase, PhaseName, StallName, StallReason, State, StateName
 from warpdeck.tui.fit import middle
 from warpdeck.tui.glyphs import PHASE_GLYPHS, STALL_BADGES, STATE_GLYPHS, Badge
 from warpdeck.tui.keymap import bindings
 
 __all__ = ["TaskList"]
 
-_STATE_NAMES = {int(s): s.name.lower() for s in State}
-_PHASE_NAMES = {int(p): p.name.lower() for p in Phase if p}
-_STALL_NAMES = {int(r): r.name.lower() for r in StallReason if r}
+_STATE_NAMES: dict[int, StateName] = {int(s): s.label for s in State}
+_PHASE_NAMES: dict[int, PhaseName] = {int(p): p.label for p in Phase if p}
+_STALL_NAMES: dict[int, StallName] = {int(r): r.label for r in StallReason if r}
 #: Badge styles (``Badge.style``: each takes its colour from the theme's ``$wd-<style>``) that are bold.
 _BOLD = frozenset({"failed"})
 
