@@ -18,13 +18,17 @@ import aiomqtt
 import pytest
 from wd_broker import Broker, Mosquitto
 from wd_control import collect
+from wd_gated import GATE_ENV
 
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import EngineState, decode
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
-COUNT = 10_000  # about 12 s at 10 ms a batch of 8: long enough to outlast both faults and their waits
+# Slow (80 ms a batch of 8) until the test opens the gate, then done at once: the run outlasts both
+# faults and their waits however long they take on a loaded machine (on CI a fixed-length run once
+# ended before the second restart was waited for).
+COUNT = 2_000
 SPEC = f"""
 name = "broker-faults"
 backend = "numpy"
@@ -37,7 +41,7 @@ dtype = "float64"
 [sink]
 kind = "null"
 [[stages]]
-fn = "wd_stages:sleep_10ms"
+fn = "wd_gated:slow_until_gate"
 """
 DOWN_S = 1.0  # how long the broker stays away: the fault itself, not a wait for a condition
 
@@ -66,7 +70,7 @@ async def test_a_broker_terminated_then_killed_mid_run_leaves_stderr_clean(tmp_p
         sys.executable, "-m", "warpdeck.cli.main", "run", str(spec), "--headless", "--json", str(report),
         "--run-dir", str(tmp_path / "run"), "--broker", mosquitto.url,
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "160"})
+        env={**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "160", GATE_ENV: str(tmp_path / "gate")})
     state = Topics("broker-faults").engine_state
     try:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -75,7 +79,8 @@ async def test_a_broker_terminated_then_killed_mid_run_leaves_stderr_clean(tmp_p
             await asyncio.sleep(DOWN_S)
             mosquitto.start()
         await _wait_online(mosquitto, state)
-        assert run.returncode is None, "the run ended before both faults: make it longer"
+        assert run.returncode is None, "the run ended before both faults"
+        (tmp_path / "gate").touch()
         _, raw = await asyncio.wait_for(run.communicate(), 120)
     finally:
         if run.returncode is None:
