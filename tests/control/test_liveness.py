@@ -6,12 +6,12 @@ on a busy machine."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 
 from wd_broker import Broker
 from wd_control import EngineThread, WorkerProcess, collect, slow_spec, wait_for, workers
+from wd_wait import until
 
 from warpdeck.engine.control.monitor_types import MonitorConfig
 from warpdeck.engine.control.topics import Topics
@@ -94,16 +94,16 @@ def test_a_broker_restart_convicts_nobody_and_every_worker_is_reborn(broker: Bro
         assert et.engine.control.reconnects >= 1
 
 
-def test_the_engines_own_worker_heartbeats_and_says_goodbye(broker: Broker) -> None:
+async def test_the_engines_own_worker_heartbeats_and_says_goodbye(broker: Broker) -> None:
     topics = Topics("own")
     with _engine(broker, "own") as et:
         assert et.engine is not None
         wid = et.engine.worker_id
-        wait_for(lambda: et.state_of(wid) == "online" and et.worker(wid).heartbeat_age_s is not None, 10,
-                 "the engine's own worker heard over MQTT")
+        await until(lambda: et.state_of(wid) == "online" and et.worker(wid).heartbeat_age_s is not None, 10,
+                    "the engine's own worker heard over MQTT")
     # After the engine stopped: its retained state says offline and its worker said goodbye.
-    msgs = asyncio.run(collect(broker.address, f"{topics.base}/#", lambda got: {str(m.topic) for m in got} >= {
-        topics.engine_state, topics.worker(wid, "death")}, limit_s=10))
+    msgs = await collect(broker.address, f"{topics.base}/#", lambda got: {str(m.topic) for m in got} >= {
+        topics.engine_state, topics.worker(wid, "death")}, limit_s=10)
     by_topic = {str(m.topic): decode(m.payload) for m in msgs if m.retain}  # type: ignore[arg-type]
     state = by_topic[topics.engine_state]
     assert isinstance(state, EngineState) and state.state == "offline"

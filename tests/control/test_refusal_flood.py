@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import aiomqtt
 import pytest
 from wd_broker import Mosquitto
-from wd_control import EngineThread, slow_spec, wait_for
+from wd_control import EngineThread, slow_spec
+from wd_wait import until
 
 from warpdeck.engine.control.outbox import EventQueue, Summaries
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
@@ -97,19 +98,16 @@ def test_each_reason_keeps_its_own_period() -> None:
     assert sorted((e.subject, e.count) for e in summaries.due()) == [("bad_signature", 5), ("unsigned", 5)]
 
 
-def test_the_event_queue_drops_its_oldest_when_full_and_counts_it() -> None:
+async def test_the_event_queue_drops_its_oldest_when_full_and_counts_it() -> None:
     q = EventQueue(limit=3)
     for i in range(5):
         q.put(_ev(str(i)))
     assert len(q) == 3 and q.dropped == 2
 
-    async def drain() -> list[str]:
-        return [(await q.get()).subject for _ in range(3)]
-
-    assert asyncio.run(drain()) == ["2", "3", "4"]
+    assert [(await q.get()).subject for _ in range(3)] == ["2", "3", "4"]
 
 
-def test_per_task_events_go_out_last_and_are_dropped_first() -> None:
+async def test_per_task_events_go_out_last_and_are_dropped_first() -> None:
     q = EventQueue(limit=4)
     for i in range(3):
         q.put(Event(what="stall_began", subject=f"t{i}"))
@@ -117,24 +115,18 @@ def test_per_task_events_go_out_last_and_are_dropped_first() -> None:
     q.put(Event(what="command_refused", subject="unsigned", count=12))  # full: t0 goes, not w1
     q.put(Event(what="stall_ended", subject="t1"))  # t1's start goes
 
-    async def drain() -> list[str]:
-        return [(await q.get()).subject for _ in range(4)]
-
-    assert asyncio.run(drain()) == ["w1", "unsigned", "t2", "t1"]
+    assert [(await q.get()).subject for _ in range(4)] == ["w1", "unsigned", "t2", "t1"]
     assert q.dropped == 2
 
 
-def test_a_failed_publish_goes_back_to_the_head_unless_the_queue_is_full() -> None:
+async def test_a_failed_publish_goes_back_to_the_head_unless_the_queue_is_full() -> None:
     q = EventQueue(limit=2)
     q.put(_ev("b"))
     q.put_back(_ev("a"))
     q.put_back(_ev("lost"))  # full: dropped and counted, never blocking
     assert q.dropped == 1
 
-    async def drain() -> list[str]:
-        return [(await q.get()).subject for _ in range(2)]
-
-    assert asyncio.run(drain()) == ["a", "b"]
+    assert [(await q.get()).subject for _ in range(2)] == ["a", "b"]
 
 
 def test_the_planes_dropped_events_are_counted_apart_from_the_messages_it_dropped() -> None:
@@ -183,7 +175,7 @@ def _malformed(n: int, topics: Topics) -> Iterator[tuple[str, str, bytes]]:
                                                                        "epoch": 1}).encode()
 
 
-def test_a_flood_of_refusals_is_told_in_a_few_summaries_per_reason_and_the_run_finishes(
+async def test_a_flood_of_refusals_is_told_in_a_few_summaries_per_reason_and_the_run_finishes(
         mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     topics = Topics("flood")
@@ -195,7 +187,7 @@ def test_a_flood_of_refusals_is_told_in_a_few_summaries_per_reason_and_the_run_f
     with EngineThread(slow_spec("flood", count=800), mosquitto.address, secret=SECRET) as et:
         assert et.engine is not None and et.engine.control is not None
         plane = et.engine.control
-        wait_for(plane.connected.is_set, 10, "plane connected")
+        await until(plane.connected.is_set, 10, "plane connected")
 
         def told_all(got: dict[tuple[str, str], list[Event]]) -> bool:
             told = {k: sum(e.count for e in evs) for k, evs in got.items()}
@@ -223,11 +215,11 @@ def test_a_flood_of_refusals_is_told_in_a_few_summaries_per_reason_and_the_run_f
             return got
 
         # Every refusal and drop is counted in the events' summaries, within a few periods.
-        got = asyncio.run(asyncio.wait_for(flood_and_listen(), 60))
+        got = await asyncio.wait_for(flood_and_listen(), 60)
 
         # Counted by reason in the plane, the snapshot's control view (and so telemetry and the report).
         assert {r: plane.refused[r] for r in want_refused} == dict(want_refused)
-        wait_for(lambda: et.snapshot().control.commands_refused == dict(want_refused), 5,  # type: ignore[union-attr]
+        await until(lambda: et.snapshot().control.commands_refused == dict(want_refused), 5,  # type: ignore[union-attr]
                  "the snapshot counts every refusal")
         dropped = et.snapshot().control.dropped  # type: ignore[union-attr]
         assert {r: dropped.get(r, 0) for r in want_dropped} == dict(want_dropped)
@@ -242,18 +234,18 @@ def test_a_flood_of_refusals_is_told_in_a_few_summaries_per_reason_and_the_run_f
         assert sum(len(evs) for evs in got.values()) < 0.01 * (N_COMMANDS + N_MESSAGES)
 
         # The run was never slowed into failure: every task done.
-        wait_for(et.finished, 60, "the run finished")
+        await until(et.finished, 60, "the run finished")
         assert et.report.counts.done == 800 and et.report.counts.failed == 0
     pending = [r.getMessage() for r in caplog.records if "pending publish calls" in r.getMessage()]
     assert pending == [], pending[:3]
 
 
-def test_a_lone_refused_command_is_answered_at_once_with_its_nonce(mosquitto: Mosquitto) -> None:
+async def test_a_lone_refused_command_is_answered_at_once_with_its_nonce(mosquitto: Mosquitto) -> None:
     topics = Topics("lone")
     forged = Signer(b"not the secret, but long enough").sign(Pause())
     with EngineThread(slow_spec("lone"), mosquitto.address, secret=SECRET) as et:
         assert et.engine is not None and et.engine.control is not None
-        wait_for(et.engine.control.connected.is_set, 10, "plane connected")
+        await until(et.engine.control.connected.is_set, 10, "plane connected")
 
         async def send_and_hear() -> Event:
             async with aiomqtt.Client(**mosquitto.address.client_kwargs()) as c:
@@ -265,6 +257,6 @@ def test_a_lone_refused_command_is_answered_at_once_with_its_nonce(mosquitto: Mo
                         return ev
             raise AssertionError("the listener's connection ended")
 
-        ev = asyncio.run(asyncio.wait_for(send_and_hear(), 10))
+        ev = await asyncio.wait_for(send_and_hear(), 10)
         assert (ev.what, ev.subject, ev.count) == ("command_refused", "bad_signature", 1)
         assert ev.reason.startswith("bad_signature")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiomqtt
 from wd_broker import Mosquitto
-from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for, workers
+from wd_control import EngineThread, WorkerProcess, slow_spec, workers
+from wd_wait import until
 
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Birth, Death, Heartbeat, encode
@@ -81,7 +82,7 @@ async def test_forged_worker_messages_convict_nobody_and_make_no_record(mosquitt
     with EngineThread(spec, mosquitto.address, secret=SECRET) as eng, \
             workers(WorkerProcess(mosquitto.url, "gpu7", "auth", extra_args=["--secret-file", str(secret_file)])) \
             as (real,):
-        wait_for(lambda: eng.state_of("gpu7") == "online", 20, "the signed worker heard")
+        await until(lambda: eng.state_of("gpu7") == "online", 20, "the signed worker heard")
         forged = [(topics.worker("gpu7", "death"), encode(Death(worker="gpu7", epoch=real.epoch)), False),
                   (topics.worker("gpu7", "death"), encode(Death(worker="gpu7", epoch=2**62)), False)]
         for i in range(50):
@@ -93,7 +94,7 @@ async def test_forged_worker_messages_convict_nobody_and_make_no_record(mosquitt
         await _publish(mosquitto, forged)
         assert eng.engine is not None and eng.engine.control is not None
         plane = eng.engine.control
-        wait_for(lambda: plane.dropped.counts().get("unsigned", 0) >= 101, 20, "the forgeries counted")
+        await until(lambda: plane.dropped.counts().get("unsigned", 0) >= 101, 20, "the forgeries counted")
         assert plane.dropped.counts().get("future_epoch", 0) == 1
         snap = eng.snapshot()
         assert snap is not None and snap.control is not None and snap.control.workers_signed
@@ -103,7 +104,7 @@ async def test_forged_worker_messages_convict_nobody_and_make_no_record(mosquitt
         # The real thing still works: its signed Will convicts it when it dies.
         t_kill = time.monotonic()
         real.signal(signal.SIGKILL)
-        wait_for(lambda: eng.verdict("gpu7", "dead", t_kill) is not None, 20, "the signed Will heard")
+        await until(lambda: eng.verdict("gpu7", "dead", t_kill) is not None, 20, "the signed Will heard")
 
 
 async def test_a_worker_without_the_secret_is_not_heard(mosquitto: Mosquitto) -> None:
@@ -111,5 +112,5 @@ async def test_a_worker_without_the_secret_is_not_heard(mosquitto: Mosquitto) ->
             workers(WorkerProcess(mosquitto.url, "unsigned1", "auth2")):
         assert eng.engine is not None and eng.engine.control is not None
         plane = eng.engine.control
-        wait_for(lambda: plane.dropped.counts().get("unsigned", 0) >= 3, 20, "its messages refused")
+        await until(lambda: plane.dropped.counts().get("unsigned", 0) >= 3, 20, "its messages refused")
         assert eng.worker("unsigned1") is None

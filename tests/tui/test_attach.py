@@ -3,7 +3,6 @@ as the engine itself, and its keys send signed commands the engine applies."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from wd_broker import Mosquitto
@@ -17,15 +16,7 @@ from warpdeck.tui.attach import AttachLink, replay_link
 SECRET = b"attach-tui-secret-0123456789"
 
 
-def test_attached_counts_match_the_engine_and_keys_command_it(mosquitto: Mosquitto, tmp_path: Path) -> None:
-    asyncio.run(_attached(mosquitto, tmp_path))
-
-
-def test_readonly_attach_sends_nothing(mosquitto: Mosquitto, tmp_path: Path) -> None:
-    asyncio.run(_readonly(mosquitto, tmp_path))
-
-
-async def _attached(mosquitto: Mosquitto, tmp_path: Path) -> None:
+async def test_attached_counts_match_the_engine_and_keys_command_it(mosquitto: Mosquitto, tmp_path: Path) -> None:
     with EngineThread(slow_spec("attach"), mosquitto.address, secret=SECRET) as et:
         eng = et.engine
         assert eng is not None
@@ -53,7 +44,7 @@ async def _attached(mosquitto: Mosquitto, tmp_path: Path) -> None:
     replay.stop()
 
 
-async def _readonly(mosquitto: Mosquitto, tmp_path: Path) -> None:
+async def test_readonly_attach_sends_nothing(mosquitto: Mosquitto, tmp_path: Path) -> None:
     with EngineThread(slow_spec("attach-ro"), mosquitto.address, secret=SECRET) as et:
         link = AttachLink(mosquitto.address, "attach-ro", secret=SECRET, readonly=True)
         app = WarpdeckApp(link, screenshot_dir=tmp_path)

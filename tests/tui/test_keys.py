@@ -3,7 +3,6 @@ link, with the engine's answer) or the right screen shown."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -42,272 +41,239 @@ def commands(link):  # type: ignore[no-untyped-def]
     return [s.command for s in link.sent]
 
 
-def test_pause_then_resume_reaches_the_engine(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("p")
-            await until(pilot, lambda: app.snapshot.feeder.state == "paused")
-            assert commands(link) == [Pause()]
-            assert link.sent[0].result.ok
-            await pilot.press("p")
-            await until(pilot, lambda: app.snapshot.feeder.state != "paused")
-            assert commands(link) == [Pause(), Resume()]
-    asyncio.run(scenario())
+def notes(app) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every notification the app has shown, oldest first."""
+    return [n.message for n in app._notifications]
 
 
-def test_drain_asks_first(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("d")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("n")
-            assert commands(link) == []
-            await pilot.press("d", "y")
-            await until(pilot, lambda: commands(link) == [Drain()])
-            # Draining ends the run once what was admitted is done.
-            await until(pilot, lambda: app.snapshot.status == "drained")
-    asyncio.run(scenario())
+async def test_pause_then_resume_reaches_the_engine(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("p")
+        await until(pilot, lambda: app.snapshot.feeder.state == "paused")
+        assert commands(link) == [Pause()]
+        assert link.sent[0].result.ok
+        await pilot.press("p")
+        await until(pilot, lambda: app.snapshot.feeder.state != "paused")
+        assert commands(link) == [Pause(), Resume()]
 
 
-def test_cancel_highlighted_task(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        # 0.6 s a batch: the highlighted queued task is still queued when the answer comes.
-        async with engine_app(tmp_path, slow_spec(stage="wd_stages:sleep_forever_ish")) as (app, pilot, link):
-            lst = app.screen.query_one("#list-queued", TaskList)
-            await until(pilot, lambda: lst.count > 20)
-            await pilot.press("G")  # the newest queued task: far from being started
-            key = lst.current_key
-            await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            assert app.screen.question.startswith(f"Cancel {key} (")  # named as it is (queued, or already running)
-            await pilot.press("y")
-            await until(pilot, lambda: commands(link) == [Cancel(keys=(key,))])
-            assert link.sent[0].result.affected == 1
-    asyncio.run(scenario())
+async def test_drain_asks_first(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert commands(link) == []
+        await pilot.press("d", "y")
+        await until(pilot, lambda: commands(link) == [Drain()])
+        # Draining ends the run once what was admitted is done.
+        await until(pilot, lambda: app.snapshot.status == "drained")
 
 
-def test_cancel_all_needs_the_pipeline_name_typed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("X")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("y", "enter")  # not the name: nothing happens
-            assert isinstance(app.screen, ConfirmScreen) and commands(link) == []
-            await type_into(app, pilot, "tui-test")
-            await until(pilot, lambda: commands(link) == [Cancel(all=True)])
-            await until(pilot, lambda: app.snapshot.finished)
-            assert app.snapshot.status == "cancelled"
-    asyncio.run(scenario())
+async def test_cancel_highlighted_task(tmp_path: Path) -> None:
+    # 0.6 s a batch: the highlighted queued task is still queued when the answer comes.
+    async with engine_app(tmp_path, slow_spec(stage="wd_stages:sleep_forever_ish")) as (app, pilot, link):
+        lst = app.screen.query_one("#list-queued", TaskList)
+        await until(pilot, lambda: lst.count > 20)
+        await pilot.press("G")  # the newest queued task: far from being started
+        key = lst.current_key
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question.startswith(f"Cancel {key} (")  # named as it is (queued, or already running)
+        await pilot.press("y")
+        await until(pilot, lambda: commands(link) == [Cancel(keys=(key,))])
+        assert link.sent[0].result.affected == 1
+
+
+async def test_cancel_all_needs_the_pipeline_name_typed(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("X")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y", "enter")  # not the name: nothing happens
+        assert isinstance(app.screen, ConfirmScreen) and commands(link) == []
+        await type_into(app, pilot, "tui-test")
+        await until(pilot, lambda: commands(link) == [Cancel(all=True)])
+        await until(pilot, lambda: app.snapshot.finished)
+        assert app.snapshot.status == "cancelled"
 
 
 @pytest.mark.parametrize(("key", "sent"), [("r", RetryFailed()), ("R", RequeueStalled())])
-def test_retry_and_requeue(tmp_path: Path, key: str, sent: object) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (_app, pilot, link):
+async def test_retry_and_requeue(tmp_path: Path, key: str, sent: object) -> None:
+    async with engine_app(tmp_path) as (_app, pilot, link):
+        await pilot.press(key)
+        await until(pilot, lambda: commands(link) == [sent])
+
+
+async def test_depth_up_down_and_undo(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        depth = app.snapshot.lanes[0].depth
+        await pilot.press("plus")
+        await until(pilot, lambda: app.snapshot.lanes[0].depth == depth + 1)
+        await pilot.press("u")
+        await until(pilot, lambda: app.snapshot.lanes[0].depth == depth)
+        assert commands(link) == [SetDepth(depth=depth + 1), SetDepth(depth=depth)]
+        await pilot.press("minus")
+        if depth > 2:
+            await until(pilot, lambda: commands(link)[-1:] == [SetDepth(depth=depth - 1)])
+        else:  # already at the floor: refused on the spot (the warning says so), nothing sent
+            await until(pilot, lambda: any("prefetch depth stays" in n for n in notes(app)))
+            assert len(link.sent) == 2
+
+
+async def test_undo_with_nothing_to_undo_sends_nothing(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("u")
+        await until(pilot, lambda: any("nothing to undo" in n for n in notes(app)))  # refused: the warning says so
+        assert commands(link) == []
+
+
+async def test_filter_narrows_the_board_and_refuses_a_bad_regex(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        board = app.screen
+        await pilot.press("slash")
+        bar = board.query_one(PromptBar)
+        assert bar.is_open and isinstance(app.focused, Input)
+        await type_into(app, pilot, "key:(")
+        assert bar.is_open  # stays open, with the error
+        assert "not a regular expression" in str(bar.query_one("#prompt-error").render())
+        await pilot.press("escape")
+        assert not bar.is_open and isinstance(app.focused, TaskList)  # the list has its keys back
+        await pilot.press("slash")
+        await type_into(app, pilot, "state:done")
+        assert app.filter_text == "state:done"
+        assert app.screen is board and not bar.is_open
+        queued = app.screen.query_one("#list-queued", TaskList)
+        done = app.screen.query_one("#list-finished", TaskList)
+        await until(pilot, lambda: queued.count == 0 and done.count > 0)
+
+
+async def test_filter_over_a_screen_without_a_prompt_bar(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        await pilot.press("question_mark")
+        app.action_filter()  # as the command palette would, over the help screen
+        await pilot.pause()
+        assert isinstance(app.screen, PromptScreen)
+        await type_into(app, pilot, "state:failed")
+        assert isinstance(app.screen, HelpScreen)
+        assert app.filter_text == "state:failed"
+
+
+async def test_command_mode_runs_a_command_and_completes_task_ids(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("colon")
+        await type_into(app, pilot, "pause")
+        await until(pilot, lambda: commands(link) == [Pause()])
+        await pilot.press("colon")
+        prompt = app.screen.query_one("#prompt-input")
+        prompt.value = "detail syn-000000"
+        prompt.cursor_position = len(prompt.value)  # where typing it would have left the cursor
+        await pilot.press("1")  # the last character typed for real: completion follows typing
+        await until(pilot, lambda: prompt._suggestion.startswith("detail syn-0000001"))
+        await pilot.press("tab", "enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        assert app.screen.key.startswith("syn-0000001")
+
+
+async def test_screens_by_number_and_tab(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        for key, mode in (("2", "workers"), ("3", "timeline"), ("1", "board"), ("tab", "workers"),
+                          ("shift+tab", "board")):
             await pilot.press(key)
-            await until(pilot, lambda: commands(link) == [sent])
-    asyncio.run(scenario())
+            assert app.current_mode == mode, key
 
 
-def test_depth_up_down_and_undo(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            depth = app.snapshot.lanes[0].depth
-            await pilot.press("plus")
-            await until(pilot, lambda: app.snapshot.lanes[0].depth == depth + 1)
-            await pilot.press("u")
-            await until(pilot, lambda: app.snapshot.lanes[0].depth == depth)
-            assert commands(link) == [SetDepth(depth=depth + 1), SetDepth(depth=depth)]
-            await pilot.press("minus")
-            if depth > 2:
-                await until(pilot, lambda: commands(link)[-1:] == [SetDepth(depth=depth - 1)])
-            else:  # already at the floor: refused on the spot, nothing sent
-                await pilot.pause(0.1)
-                assert len(link.sent) == 2
-    asyncio.run(scenario())
+async def test_help_opens_and_closes(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
 
 
-def test_undo_with_nothing_to_undo_sends_nothing(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (_app, pilot, link):
-            await pilot.press("u")
-            await pilot.pause(0.1)
-            assert commands(link) == []
-    asyncio.run(scenario())
+async def test_list_navigation_and_detail(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        lst = app.screen.query_one("#list-stalled", TaskList)
+        await pilot.press("p")  # paused: waiting tasks stall (control) and the list stops changing
+        await until(pilot, lambda: app.snapshot.counts.running_total == 0 and lst.count > 3
+                    and lst.count == app.snapshot.counts.stalled["control"])
+        await pilot.press("h", "h")
+        assert app.focused is lst
+        await pilot.press("j", "j")
+        assert lst.cursor == 2
+        await pilot.press("k")
+        assert lst.cursor == 1
+        await pilot.press("G")
+        assert lst.cursor == lst.count - 1
+        await pilot.press("g")
+        assert lst.cursor == 0
+        key = lst.current_key
+        await pilot.press("enter")
+        assert isinstance(app.screen, DetailScreen) and app.screen.key == key
+        await pilot.press("escape")
 
 
-def test_filter_narrows_the_board_and_refuses_a_bad_regex(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            board = app.screen
-            await pilot.press("slash")
-            bar = board.query_one(PromptBar)
-            assert bar.is_open and isinstance(app.focused, Input)
-            await type_into(app, pilot, "key:(")
-            assert bar.is_open  # stays open, with the error
-            assert "not a regular expression" in str(bar.query_one("#prompt-error").render())
-            await pilot.press("escape")
-            assert not bar.is_open and isinstance(app.focused, TaskList)  # the list has its keys back
-            await pilot.press("slash")
-            await type_into(app, pilot, "state:done")
-            assert app.filter_text == "state:done"
-            assert app.screen is board and not bar.is_open
-            queued = app.screen.query_one("#list-queued", TaskList)
-            done = app.screen.query_one("#list-finished", TaskList)
-            await until(pilot, lambda: queued.count == 0 and done.count > 0)
-    asyncio.run(scenario())
+async def test_h_and_l_move_between_columns(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        assert app.focused.id == "list-queued"
+        await pilot.press("l")
+        assert app.focused.id == "list-fill"
+        await pilot.press("h", "h")
+        assert app.focused.id == "list-finished"
 
 
-def test_filter_over_a_screen_without_a_prompt_bar(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            await pilot.press("question_mark")
-            app.action_filter()  # as the command palette would, over the help screen
-            await pilot.pause()
-            assert isinstance(app.screen, PromptScreen)
-            await type_into(app, pilot, "state:failed")
-            assert isinstance(app.screen, HelpScreen)
-            assert app.filter_text == "state:failed"
-    asyncio.run(scenario())
+async def test_theme_follow_zoom_and_screenshot(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        before = app.theme
+        await pilot.press("t")
+        assert app.theme != before and app.theme in app.theme_names
+        await pilot.press("3")
+        timeline = app.screen.query_one(LaneTimeline)
+        zoom = timeline.zoom
+        await pilot.press("right_square_bracket")
+        assert timeline.zoom == zoom - 1
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert timeline.zoom == zoom + 1
+        await pilot.press("f")
+        assert not app.follow and not timeline.follow
+        await pilot.press("ctrl+s")
+    assert list(tmp_path.glob("*.svg"))  # noqa: ASYNC240 - the app is closed: nothing else uses the loop
 
 
-def test_command_mode_runs_a_command_and_completes_task_ids(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("colon")
-            await type_into(app, pilot, "pause")
-            await until(pilot, lambda: commands(link) == [Pause()])
-            await pilot.press("colon")
-            prompt = app.screen.query_one("#prompt-input")
-            prompt.value = "detail syn-000000"
-            prompt.cursor_position = len(prompt.value)  # where typing it would have left the cursor
-            await pilot.press("1")  # the last character typed for real: completion follows typing
-            await until(pilot, lambda: prompt._suggestion.startswith("detail syn-0000001"))
-            await pilot.press("tab", "enter")
-            await until(pilot, lambda: isinstance(app.screen, DetailScreen))
-            assert app.screen.key.startswith("syn-0000001")
-    asyncio.run(scenario())
+async def test_workers_screen_sorts(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        await pilot.press("2")
+        table = app.screen.query_one("#workers-table")
+        await until(pilot, lambda: table.row_count == 1)
+        await pilot.press("s")
+        assert table.sort_column == "state"
 
 
-def test_screens_by_number_and_tab(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            for key, mode in (("2", "workers"), ("3", "timeline"), ("1", "board"), ("tab", "workers"),
-                              ("shift+tab", "board")):
-                await pilot.press(key)
-                assert app.current_mode == mode, key
-    asyncio.run(scenario())
+async def test_quit_asks_while_work_runs(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.is_running
+        await pilot.press("q", "y")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_code == 1
 
 
-def test_help_opens_and_closes(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            await pilot.press("question_mark")
-            assert isinstance(app.screen, HelpScreen)
-            await pilot.press("escape")
-            assert not isinstance(app.screen, HelpScreen)
-    asyncio.run(scenario())
+async def test_command_palette_runs_an_action(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("ctrl+p")
+        app.screen.query_one(Input).value = "Pause: no new batches"
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: commands(link) == [Pause()])
 
 
-def test_list_navigation_and_detail(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            lst = app.screen.query_one("#list-stalled", TaskList)
-            await pilot.press("p")  # paused: waiting tasks stall (control) and the list stops changing
-            await until(pilot, lambda: app.snapshot.counts.running_total == 0 and lst.count > 3
-                        and lst.count == app.snapshot.counts.stalled["control"])
-            await pilot.press("h", "h")
-            assert app.focused is lst
-            await pilot.press("j", "j")
-            assert lst.cursor == 2
-            await pilot.press("k")
-            assert lst.cursor == 1
-            await pilot.press("G")
-            assert lst.cursor == lst.count - 1
-            await pilot.press("g")
-            assert lst.cursor == 0
-            key = lst.current_key
-            await pilot.press("enter")
-            assert isinstance(app.screen, DetailScreen) and app.screen.key == key
-            await pilot.press("escape")
-    asyncio.run(scenario())
-
-
-def test_h_and_l_move_between_columns(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            assert app.focused.id == "list-queued"
-            await pilot.press("l")
-            assert app.focused.id == "list-fill"
-            await pilot.press("h", "h")
-            assert app.focused.id == "list-finished"
-    asyncio.run(scenario())
-
-
-def test_theme_follow_zoom_and_screenshot(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            before = app.theme
-            await pilot.press("t")
-            assert app.theme != before and app.theme in app.theme_names
-            await pilot.press("3")
-            timeline = app.screen.query_one(LaneTimeline)
-            zoom = timeline.zoom
-            await pilot.press("right_square_bracket")
-            assert timeline.zoom == zoom - 1
-            await pilot.press("left_square_bracket", "left_square_bracket")
-            assert timeline.zoom == zoom + 1
-            await pilot.press("f")
-            assert not app.follow and not timeline.follow
-            await pilot.press("ctrl+s")
-    asyncio.run(scenario())
-    assert list(tmp_path.glob("*.svg"))
-
-
-def test_workers_screen_sorts(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            await pilot.press("2")
-            table = app.screen.query_one("#workers-table")
-            await until(pilot, lambda: table.row_count == 1)
-            await pilot.press("s")
-            assert table.sort_column == "state"
-    asyncio.run(scenario())
-
-
-def test_quit_asks_while_work_runs(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, _link):
-            await pilot.press("q")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("n")
-            assert app.is_running
-            await pilot.press("q", "y")
-            await until(pilot, lambda: not app.is_running)
-        assert app.return_code == 1
-    asyncio.run(scenario())
-
-
-def test_command_palette_runs_an_action(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("ctrl+p")
-            app.screen.query_one(Input).value = "Pause: no new batches"
-            await pilot.pause(0.3)
-            await pilot.press("enter")
-            await until(pilot, lambda: commands(link) == [Pause()])
-    asyncio.run(scenario())
-
-
-def test_readonly_link_refuses_commands(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            link.readonly = True
-            await pilot.press("p")
-            await until(pilot, lambda: len(link.sent) == 1)
-            assert not link.sent[0].result.ok
-            assert app.snapshot.feeder.state != "paused"
-    asyncio.run(scenario())
+async def test_readonly_link_refuses_commands(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        link.readonly = True
+        await pilot.press("p")
+        await until(pilot, lambda: len(link.sent) == 1)
+        assert not link.sent[0].result.ok
+        assert app.snapshot.feeder.state != "paused"
 
 
 def test_every_key_is_on_the_help_screen() -> None:
@@ -320,23 +286,21 @@ def test_every_key_is_on_the_help_screen() -> None:
         assert key.description in text, key
 
 
-def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with engine_app(tmp_path) as (app, pilot, link):
-            await pilot.press("2")
-            await until(pilot, lambda: app.screen.name == "workers")
-            wid = app.snapshot.workers[0].id
-            await pilot.press("z")  # the only worker: the run could not go on, so it asks first
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            await pilot.press("y")
-            await until(pilot, lambda: len(link.sent) == 1)
-            assert commands(link) == [Quarantine(worker=wid)] and link.sent[0].result.ok
-            await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
-            await pilot.press("u")
-            await until(pilot, lambda: len(link.sent) == 2)
-            assert commands(link)[1] == Release(worker=wid)
-            await until(pilot, lambda: app.snapshot.workers[0].state == "online")
-    asyncio.run(scenario())
+async def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        await pilot.press("2")
+        await until(pilot, lambda: app.screen.name == "workers")
+        wid = app.snapshot.workers[0].id
+        await pilot.press("z")  # the only worker: the run could not go on, so it asks first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: len(link.sent) == 1)
+        assert commands(link) == [Quarantine(worker=wid)] and link.sent[0].result.ok
+        await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
+        await pilot.press("u")
+        await until(pilot, lambda: len(link.sent) == 2)
+        assert commands(link)[1] == Release(worker=wid)
+        await until(pilot, lambda: app.snapshot.workers[0].state == "online")
 
 
 def test_the_readme_key_table_matches_the_key_table() -> None:

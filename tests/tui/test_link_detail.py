@@ -17,26 +17,26 @@ def _spec(count: int):
                        "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:double"}]}, "<test>")
 
 
-def test_detail_answers_after_the_run_has_ended() -> None:
+async def test_detail_answers_after_the_run_has_ended() -> None:
     stopped = threading.Event()
     link = EngineLink(_spec(40), journal=False)
     link.start(lambda m: stopped.set() if isinstance(m, EngineStopped) else None)
     try:
-        assert stopped.wait(60), "the run never ended"
+        assert await asyncio.to_thread(stopped.wait, 60), "the run never ended"  # off the loop: it stays free
         assert link.report is not None and link.report.counts.done == 40
-        done = asyncio.run(link.detail("syn-00000003"))
+        done = await link.detail("syn-00000003")
         assert done is not None and (done.state, done.attempt) == ("done", 1)
-        assert asyncio.run(link.detail("syn-00000040")) is None
+        assert await link.detail("syn-00000040") is None
     finally:
         link.stop()
 
 
-def test_detail_of_a_task_not_admitted_yet_says_so_during_the_run() -> None:
+async def test_detail_of_a_task_not_admitted_yet_says_so_during_the_run() -> None:
     link = EngineLink(_spec(100_000), journal=False)
     link.start(lambda m: None)
     try:
-        assert asyncio.run(link.send(Pause())).ok
-        later = asyncio.run(link.detail("syn-00099999"))
+        assert (await link.send(Pause())).ok
+        later = await link.detail("syn-00099999")
         assert later is not None and (later.state, later.admitted, later.note) == (
             "queued", False, "queued (not yet admitted)")
     finally:

@@ -9,7 +9,6 @@ the timeline's headers drop whole parts (each part shown is one the 200-column s
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import re
@@ -57,41 +56,36 @@ async def _open(pilot: Pilot[int], screen: str) -> None:
     await pilot.pause()
 
 
-def _lines(snap: EngineSnapshot, size: tuple[int, int], screen: str) -> list[str]:
-    async def main() -> list[str]:
-        app = WarpdeckApp(StreamLink([snap]))
-        async with app.run_test(size=size) as pilot:
-            await _open(pilot, screen)
-            return screen_text(app)
-    return asyncio.run(main())
+async def _lines(snap: EngineSnapshot, size: tuple[int, int], screen: str) -> list[str]:
+    app = WarpdeckApp(StreamLink([snap]))
+    async with app.run_test(size=size) as pilot:
+        await _open(pilot, screen)
+        return screen_text(app)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_every_id_on_the_board_is_whole_or_shortened_in_the_middle(size: tuple[int, int]) -> None:
+async def test_every_id_on_the_board_is_whole_or_shortened_in_the_middle(size: tuple[int, int]) -> None:
     snap = _snap()
-
-    async def main() -> None:
-        app = WarpdeckApp(StreamLink([snap]))
-        async with app.run_test(size=size) as pilot:
-            await _open(pilot, "board")
-            lines = screen_text(app)
-            board = board_rows(snap)
-            shown = [c for c in app.screen.query(BoardColumn) if c.display]
-            visible = [snap.tasks.key(int(r)) for c in shown for r in board.column(c.column)[0][:c.list.size.height]]
-            tokens = [t for line in lines[2:-3] for t in ID.findall(line)]
-            assert unmatched_ids(tokens, visible) == [], "ids cut into look-alikes"
-            assert len(tokens) == len(visible), "a task row without its id"
-            # Eight columns at 120 leave room for ten of an id's twelve characters; the compact
-            # layout at 80 and the eight columns at 200 show them whole.
-            assert any("…" in t for t in tokens) == (size == (120, 40))
-    asyncio.run(main())
+    app = WarpdeckApp(StreamLink([snap]))
+    async with app.run_test(size=size) as pilot:
+        await _open(pilot, "board")
+        lines = screen_text(app)
+        board = board_rows(snap)
+        shown = [c for c in app.screen.query(BoardColumn) if c.display]
+        visible = [snap.tasks.key(int(r)) for c in shown for r in board.column(c.column)[0][:c.list.size.height]]
+        tokens = [t for line in lines[2:-3] for t in ID.findall(line)]
+        assert unmatched_ids(tokens, visible) == [], "ids cut into look-alikes"
+        assert len(tokens) == len(visible), "a task row without its id"
+        # Eight columns at 120 leave room for ten of an id's twelve characters; the compact
+        # layout at 80 and the eight columns at 200 show them whole.
+        assert any("…" in t for t in tokens) == (size == (120, 40))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_column_titles_never_cut_their_counts(size: tuple[int, int]) -> None:
+async def test_column_titles_never_cut_their_counts(size: tuple[int, int]) -> None:
     snap = _snap()
     board = board_rows(snap)
-    lines = _lines(snap, size, "board")
+    lines = await _lines(snap, size, "board")
     layout = COMPACT_COLUMNS if size[0] < 96 else COLUMNS
     titles = [t.strip() for t in lines[1].split("▕")[:len(layout)]]
     for (cid, name), title in zip(layout, titles, strict=True):
@@ -106,9 +100,9 @@ def test_column_titles_never_cut_their_counts(size: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("screen", ["board", "workers", "timeline"])
 @pytest.mark.parametrize("size", SIZES[:2], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_status_bar_and_figures_strip_drop_whole_parts(size: tuple[int, int], screen: str) -> None:
+async def test_status_bar_and_figures_strip_drop_whole_parts(size: tuple[int, int], screen: str) -> None:
     snap = _snap()
-    wide, small = _lines(snap, WIDE, screen), _lines(snap, size, screen)
+    wide, small = await _lines(snap, WIDE, screen), await _lines(snap, size, screen)
     for row in (0, -3, -2):  # the status bar, the figures strip's two lines
         whole = parts(wide[row])
         assert not any(p.startswith("…") for p in whole), f"at 200x50 everything shows: {wide[row]!r}"
@@ -117,9 +111,9 @@ def test_status_bar_and_figures_strip_drop_whole_parts(size: tuple[int, int], sc
 
 
 @pytest.mark.parametrize("size", SIZES[:2], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_the_timeline_drops_whole_figures_and_shows_every_lane(size: tuple[int, int]) -> None:
+async def test_the_timeline_drops_whole_figures_and_shows_every_lane(size: tuple[int, int]) -> None:
     snap = _snap()
-    wide, small = _lines(snap, WIDE, "timeline"), _lines(snap, size, "timeline")
+    wide, small = await _lines(snap, WIDE, "timeline"), await _lines(snap, size, "timeline")
     headers = [i for i, line in enumerate(wide) if 0 < i < 4 or line.startswith(" lane ")]
     for i in headers:
         whole = wide[i].strip().split(" · ")
@@ -132,9 +126,9 @@ def test_the_timeline_drops_whole_figures_and_shows_every_lane(size: tuple[int, 
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_the_workers_table_shows_whole_cells(size: tuple[int, int]) -> None:
+async def test_the_workers_table_shows_whole_cells(size: tuple[int, int]) -> None:
     snap = _snap()
-    lines = _lines(snap, size, "workers")
+    lines = await _lines(snap, size, "workers")
     header = next(line for line in lines if "worker" in line and "state" in line)
     shown = [(key, title) for key, title in WORKER_COLUMNS if title in header]
     assert {"id", "state", "done", "failed"} <= {key for key, _ in shown}
@@ -150,79 +144,71 @@ def test_the_workers_table_shows_whole_cells(size: tuple[int, int]) -> None:
 # -- the board's compact layout ------------------------------------------------------------------
 
 
-def test_at_80x24_the_board_has_four_columns_and_running_joins_the_phases() -> None:
+async def test_at_80x24_the_board_has_four_columns_and_running_joins_the_phases() -> None:
     snap = _snap()
     board = board_rows(snap)
-
-    async def main() -> None:
-        app = WarpdeckApp(StreamLink([snap]))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _open(pilot, "board")
-            lines = screen_text(app)
-            titles = [t.strip().split(" ") for t in lines[1].split("▕")[:4]]
-            assert [t[0] for t in titles] == ["queued", "running", "stalled", "done"]
-            running = sum(board.totals[p] for p in ("fill", "h2d", "compute", "d2h", "sink"))
-            assert shows_count(titles[1][1], running)
-            # The phases in board order, each row with its phase's glyph: fill at the top, sink at the end.
-            assert {line.split("▕")[1][0] for line in lines[2:-3]} == {"◐"}
-            await pilot.press("l", "G")
-            await pilot.pause()
-            assert screen_text(app)[-4].split("▕")[1][0] == "⇲"
-    asyncio.run(main())
+    app = WarpdeckApp(StreamLink([snap]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open(pilot, "board")
+        lines = screen_text(app)
+        titles = [t.strip().split(" ") for t in lines[1].split("▕")[:4]]
+        assert [t[0] for t in titles] == ["queued", "running", "stalled", "done"]
+        running = sum(board.totals[p] for p in ("fill", "h2d", "compute", "d2h", "sink"))
+        assert shows_count(titles[1][1], running)
+        # The phases in board order, each row with its phase's glyph: fill at the top, sink at the end.
+        assert {line.split("▕")[1][0] for line in lines[2:-3]} == {"◐"}
+        await pilot.press("l", "G")
+        await pilot.pause()
+        assert screen_text(app)[-4].split("▕")[1][0] == "⇲"
 
 
-def test_the_layout_follows_a_resize_and_the_focused_task_with_it() -> None:
+async def test_the_layout_follows_a_resize_and_the_focused_task_with_it() -> None:
     snap = _snap()
-
-    async def main() -> None:
-        app = WarpdeckApp(StreamLink([snap]))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _open(pilot, "board")
-            board = app.screen
-            assert isinstance(board, BoardScreen) and not board.compact
-            await pilot.press("l", "l", "l", "j", "j")  # compute, third task
-            key = board.focused_key()
-            assert key is not None and app.focused is board.query_one("#list-compute")
-            await pilot.resize_terminal(80, 24)
-            await until(pilot, lambda: board.compact and board.shown_seq == 1 and board.focused_key() == key)
-            assert app.focused is board.query_one("#list-running")
-            assert not board.query_one("#col-compute").display
-            await pilot.resize_terminal(120, 40)
-            await until(pilot, lambda: not board.compact and board.shown_seq == 1 and board.focused_key() == key)
-            assert app.focused is board.query_one("#list-compute")
-    asyncio.run(main())
+    app = WarpdeckApp(StreamLink([snap]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _open(pilot, "board")
+        board = app.screen
+        assert isinstance(board, BoardScreen) and not board.compact
+        await pilot.press("l", "l", "l", "j", "j")  # compute, third task
+        key = board.focused_key()
+        assert key is not None and app.focused is board.query_one("#list-compute")
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: board.compact and board.shown_seq == 1 and board.focused_key() == key)
+        assert app.focused is board.query_one("#list-running")
+        assert not board.query_one("#col-compute").display
+        await pilot.resize_terminal(120, 40)
+        await until(pilot, lambda: not board.compact and board.shown_seq == 1 and board.focused_key() == key)
+        assert app.focused is board.query_one("#list-compute")
 
 
 @pytest.mark.parametrize(("size", "order"), [
     ((80, 24), ["queued", "running", "stalled", "finished"]),
     ((120, 40), [cid for cid, _ in COLUMNS]),
 ], ids=["compact", "wide"])
-def test_h_and_l_walk_the_columns_shown(size: tuple[int, int], order: list[str]) -> None:
-    async def main() -> None:
-        app = WarpdeckApp(StreamLink([_snap()]))
-        async with app.run_test(size=size) as pilot:
-            await _open(pilot, "board")
-            seen = []
-            for _ in order:
-                focused = app.focused
-                assert isinstance(focused, TaskList) and focused.id is not None
-                seen.append(focused.id.removeprefix("list-"))
-                await pilot.press("l")
-            assert seen == order
-            assert app.focused is app.screen.query_one("#list-queued")  # round again
-            await pilot.press("h")
-            assert app.focused is app.screen.query_one(f"#list-{order[-1]}")
-            column = app.screen.query_one(f"#col-{order[-1]}", BoardColumn)
-            assert column.active
-    asyncio.run(main())
+async def test_h_and_l_walk_the_columns_shown(size: tuple[int, int], order: list[str]) -> None:
+    app = WarpdeckApp(StreamLink([_snap()]))
+    async with app.run_test(size=size) as pilot:
+        await _open(pilot, "board")
+        seen = []
+        for _ in order:
+            focused = app.focused
+            assert isinstance(focused, TaskList) and focused.id is not None
+            seen.append(focused.id.removeprefix("list-"))
+            await pilot.press("l")
+        assert seen == order
+        assert app.focused is app.screen.query_one("#list-queued")  # round again
+        await pilot.press("h")
+        assert app.focused is app.screen.query_one(f"#list-{order[-1]}")
+        column = app.screen.query_one(f"#col-{order[-1]}", BoardColumn)
+        assert column.active
 
 
 # -- status that is current ----------------------------------------------------------------------
 
 
-def _status(snap: EngineSnapshot) -> tuple[str, str]:
+async def _status(snap: EngineSnapshot) -> tuple[str, str]:
     """The status bar and the figures strip's first line, at 120x40."""
-    lines = _lines(snap, (120, 40), "board")
+    lines = await _lines(snap, (120, 40), "board")
     return lines[0], lines[-3]
 
 
@@ -231,42 +217,42 @@ def _small() -> EngineSnapshot:
                         batch=8).snapshot_at(12.0, seq=1)
 
 
-def test_paused_shows_in_the_title_and_the_rate_says_so() -> None:
+async def test_paused_shows_in_the_title_and_the_rate_says_so() -> None:
     snap = _small()
     snap = dataclasses.replace(snap, feeder=dataclasses.replace(snap.feeder, state="paused"),
                                figures=dataclasses.replace(snap.figures, recent_tasks_s=0.0))
-    status, rate = _status(snap)
+    status, rate = await _status(snap)
     assert "⏸ paused" in status and "running" not in status
     assert "paused 0 tasks/s (0 B/s)" in rate
 
 
-def test_a_drained_run_says_drained_and_shows_its_average_rate() -> None:
+async def test_a_drained_run_says_drained_and_shows_its_average_rate() -> None:
     snap = dataclasses.replace(_small(), status="drained")
-    status, rate = _status(snap)
+    status, rate = await _status(snap)
     assert "✓ drained" in status
     assert f"avg {snap.counts.done / snap.t:,.0f} tasks/s" in rate
     assert f"{snap.figures.recent_tasks_s:,.0f} tasks/s" not in rate
 
 
-def test_a_finished_run_says_finished_and_shows_its_average_rate() -> None:
+async def test_a_finished_run_says_finished_and_shows_its_average_rate() -> None:
     snap = dataclasses.replace(_small(), status="finished")
-    status, rate = _status(snap)
+    status, rate = await _status(snap)
     assert "✓ finished" in status
     assert f"avg {snap.counts.done / snap.t:,.0f} tasks/s" in rate
 
 
-def test_every_worker_quarantined_shows_the_run_stalled() -> None:
+async def test_every_worker_quarantined_shows_the_run_stalled() -> None:
     snap = _small()
     workers = tuple(dataclasses.replace(w, state="quarantined") for w in snap.workers)
     stalled = tuple(dataclasses.replace(s, reason="control", note="every worker quarantined") for s in snap.stalled)
-    status, _ = _status(dataclasses.replace(snap, workers=workers, stalled=stalled))
+    status, _ = await _status(dataclasses.replace(snap, workers=workers, stalled=stalled))
     assert "stalled: every worker quarantined" in status and "running" not in status
 
 
-def test_cancelled_is_counted_beside_failed() -> None:
+async def test_cancelled_is_counted_beside_failed() -> None:
     snap = _small()
     snap = dataclasses.replace(snap, counts=dataclasses.replace(snap.counts, failed=3, cancelled=2))
-    status, _ = _status(snap)
+    status, _ = await _status(snap)
     assert "✗3 failed  ⊘2 cancelled" in status
 
 

@@ -3,12 +3,11 @@ between two snapshots; the board spreads a snapshot over frames and ends up show
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import numpy as np
+import pytest
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.strip import Strip
@@ -60,74 +59,70 @@ class ListApp(App[None]):
         yield CountingList()
 
 
-def _run(scenario: Callable[[ListApp, CountingList, Pilot[None]], Any]) -> None:
-    async def main() -> None:
-        app = ListApp()
-        async with app.run_test(size=(40, HEIGHT + 2)) as pilot:
-            lst = app.query_one(CountingList)
-            lst.show(_snapshot(1), np.arange(TASKS))
-            await pilot.pause()
-            assert lst.rendered, "the first snapshot paints every visible line"
-            lst.rendered.clear()
-            await scenario(app, lst, pilot)
-    asyncio.run(main())
+Painted = tuple[CountingList, Pilot[None]]
 
 
-def test_changes_off_screen_repaint_nothing() -> None:
-    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
-        # Rows 500 and 900 fail: both far below the ten rows on screen.
-        assert lst.show(_snapshot(2, failed=(500, 900)), np.arange(TASKS)) == 0
+@pytest.fixture
+async def painted() -> AsyncIterator[Painted]:
+    """A task list that has painted its first snapshot, its repaint record cleared."""
+    app = ListApp()
+    async with app.run_test(size=(40, HEIGHT + 2)) as pilot:
+        lst = app.query_one(CountingList)
+        lst.show(_snapshot(1), np.arange(TASKS))
         await pilot.pause()
-        assert lst.rendered == []
-    _run(scenario)
-
-
-def test_a_visible_change_repaints_its_line_only() -> None:
-    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
-        assert lst.show(_snapshot(2, failed=(3, 900)), np.arange(TASKS)) == 1
-        await pilot.pause()
-        assert lst.rendered == [3]
-        assert "✗" in lst.render_line(3).text and "✗" not in lst.render_line(2).text
-    _run(scenario)
-
-
-def test_rows_moving_up_repaint_every_line() -> None:
-    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
-        # The head of the queue left: every visible line now shows another task.
-        assert lst.show(_snapshot(2), np.arange(7, TASKS)) == HEIGHT
-        await pilot.pause()
-        assert sorted(set(lst.rendered)) == list(range(HEIGHT))
-    _run(scenario)
-
-
-def test_moving_the_cursor_repaints_the_two_lines_it_leaves_and_reaches() -> None:
-    async def scenario(_app: ListApp, lst: CountingList, pilot: Pilot[None]) -> None:
-        lst.focus()
-        await pilot.pause()
+        assert lst.rendered, "the first snapshot paints every visible line"
         lst.rendered.clear()
-        await pilot.press("j")
-        assert lst.cursor == 1
-        assert sorted(set(lst.rendered)) == [0, 1]
-    _run(scenario)
+        yield lst, pilot
 
 
-def test_the_board_spreads_a_snapshot_over_frames_and_shows_all_of_it() -> None:
+async def test_changes_off_screen_repaint_nothing(painted: Painted) -> None:
+    lst, pilot = painted
+    # Rows 500 and 900 fail: both far below the ten rows on screen.
+    assert lst.show(_snapshot(2, failed=(500, 900)), np.arange(TASKS)) == 0
+    await pilot.pause()
+    assert lst.rendered == []
+
+
+async def test_a_visible_change_repaints_its_line_only(painted: Painted) -> None:
+    lst, pilot = painted
+    assert lst.show(_snapshot(2, failed=(3, 900)), np.arange(TASKS)) == 1
+    await pilot.pause()
+    assert lst.rendered == [3]
+    assert "✗" in lst.render_line(3).text and "✗" not in lst.render_line(2).text
+
+
+async def test_rows_moving_up_repaint_every_line(painted: Painted) -> None:
+    lst, pilot = painted
+    # The head of the queue left: every visible line now shows another task.
+    assert lst.show(_snapshot(2), np.arange(7, TASKS)) == HEIGHT
+    await pilot.pause()
+    assert sorted(set(lst.rendered)) == list(range(HEIGHT))
+
+
+async def test_moving_the_cursor_repaints_the_two_lines_it_leaves_and_reaches(painted: Painted) -> None:
+    lst, pilot = painted
+    lst.focus()
+    await pilot.pause()
+    lst.rendered.clear()
+    await pilot.press("j")
+    assert lst.cursor == 1
+    assert sorted(set(lst.rendered)) == [0, 1]
+
+
+async def test_the_board_spreads_a_snapshot_over_frames_and_shows_all_of_it() -> None:
     run = SyntheticRun(200_000, seed=3, transitions_per_s=10_000)
     first, second = run.snapshot_at(3.0, seq=1), run.snapshot_at(6.0, seq=2)
-
-    async def main() -> None:
-        app = WarpdeckApp(StreamLink([first]))
-        async with app.run_test(size=(160, 48)) as pilot:
-            board = app.screen
-            assert isinstance(board, BoardScreen)
-            await until(pilot, lambda: board.shown_seq == 1)
-            app.snapshot = second
-            # More visible lines changed than one frame may repaint: the rest follow in later frames.
-            assert board.shown_seq == -1
-            await until(pilot, lambda: board.shown_seq == 2)
-            assert board.shown_seq == 2
-            expected = board_rows(second)
-            for column in board.query(BoardColumn):
-                if column.display:  # (the compact layout's running column is hidden at this width)
-                    assert column.list.count == len(expected.column(column.column)[0]), column.column
-    asyncio.run(main())
+    app = WarpdeckApp(StreamLink([first]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        board = app.screen
+        assert isinstance(board, BoardScreen)
+        await until(pilot, lambda: board.shown_seq == 1)
+        app.snapshot = second
+        # More visible lines changed than one frame may repaint: the rest follow in later frames.
+        assert board.shown_seq == -1
+        await until(pilot, lambda: board.shown_seq == 2)
+        assert board.shown_seq == 2
+        expected = board_rows(second)
+        for column in board.query(BoardColumn):
+            if column.display:  # (the compact layout's running column is hidden at this width)
+                assert column.list.count == len(expected.column(column.column)[0]), column.column

@@ -3,7 +3,6 @@ dropped or refused, and how far behind its monitor hears (the snapshot's ``Contr
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 from textual.widgets import Static
@@ -48,18 +47,15 @@ def test_a_lost_broker_says_why() -> None:
     assert "○ disconnected" in line and "last error: [Errno 111] Connection refused" in line
 
 
-def test_the_workers_screen_shows_the_line() -> None:
+async def test_the_workers_screen_shows_the_line() -> None:
     run = SyntheticRun(2000, seed=3, transitions_per_s=200)
     view = _view(dropped={"invalid": 4}, lag_holds=1)
     stream = [replace(s, control=view) for s in run.stream(1.0, 4)]
+    app = WarpdeckApp(StreamLink(stream))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq == stream[-1].seq)
+        await pilot.press("2")
+        await pilot.pause()
+        text = str(app.screen.query_one("#control-summary", Static).render())
+        assert "● connected" in text and "dropped 4 (4 invalid)" in text and "verdicts held once" in text
 
-    async def scenario() -> None:
-        app = WarpdeckApp(StreamLink(stream))
-        async with app.run_test(size=(160, 40)) as pilot:
-            await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq == stream[-1].seq)
-            await pilot.press("2")
-            await pilot.pause()
-            text = str(app.screen.query_one("#control-summary", Static).render())
-            assert "● connected" in text and "dropped 4 (4 invalid)" in text and "verdicts held once" in text
-
-    asyncio.run(scenario())
