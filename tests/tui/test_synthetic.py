@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from itertools import pairwise
 
 import numpy as np
@@ -118,12 +117,10 @@ def test_detail_agrees_with_the_snapshot() -> None:
         assert (d.stall != "none") == bool(view.stall[row])
 
 
-def test_a_million_tasks_build_quickly() -> None:
+def test_a_million_tasks_build_and_move_on() -> None:
+    """How fast is benchmarks/tui.py's figure ("synthetic snapshot build, 1 M tasks", bound 50 ms)."""
     run = SyntheticRun(1_000_000)
-    run.snapshot_at(10.0)
-    took = []
-    for i in range(5):
-        start = time.perf_counter()
-        run.snapshot_at(10.1 + i / 10)
-        took.append(time.perf_counter() - start)
-    assert min(took) < 0.05, f"a 1 M-task snapshot took {min(took) * 1000:.1f} ms"
+    first = run.snapshot_at(10.0)
+    later = [run.snapshot_at(10.1 + i / 10) for i in range(5)]
+    assert all(len(s.tasks) == 1_000_000 for s in (first, *later))
+    assert later[-1].counts.done >= first.counts.done and later[-1].seq > first.seq
