@@ -177,9 +177,14 @@ class EmbeddedBroker:
         try:
             await stopping.wait()
         finally:
+            loop = asyncio.get_running_loop()
+            # Its clients first, as any broker that stops drops them: amqtt's own shutdown can wait
+            # up to 5 s for its broadcast loop before it closes a connection, and until then its
+            # clients (a restart test's engine among them) would not know it is gone.
+            await _close_leftover_streams(loop)
             with contextlib.suppress(Exception):
                 await broker.shutdown()
-            await _close_leftover_streams(asyncio.get_running_loop())
+            await _close_leftover_streams(loop)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._thread.stop(timeout)
