@@ -2,25 +2,46 @@
 
 Per lane: three non-blocking CUDA streams (h2d, compute, d2h) each fed by its own host thread,
 so a stage that launches slowly never blocks the event loop; pinned host slots and device slots
-allocated once; ``Event(disable_timing=True)`` markers (timed events only when profiling);
-cross-stream order through ``stream.wait_event`` so the host never waits for the device except
-where it touches the data (fill writes a pinned input, sink reads a pinned output).
+allocated once; cross-stream order through ``stream.wait_event`` so the host never waits for the
+device except where it touches the data (fill writes a pinned input, sink reads a pinned output).
+
+Device phases are timed on the device. The host queues a batch's h2d, compute and d2h together and
+only polls for their end, so host clocks would have compute start before its h2d ended and end up
+to a poll later. Each device job is bracketed by two timed CUDA events on its stream (the end one is
+also its marker); ``Marker.clock`` turns them into perf_counter time through the lane's reference
+event (``_DeviceClock``), once the job is done, off the hot path. Not yet run on a card.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
-from types import ModuleType
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends.base import BackendError, DeviceEvent, Marker, StreamSet
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.backends.base import HOST_PHASES, BackendError, DeviceEvent, Marker, StreamSet
+from warpdeck.engine.backends.numpy_backend import HOST_CLOCK
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase
 
-__all__ = ["CupyBackend", "cupy_unavailable_reason"]
+__all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason"]
+
+#: How a device phase's interval is measured on CuPy (``Backend.phase_clocks``).
+DEVICE_CLOCK = "device (CUDA events)"
+
+#: ``CupyBackend.phase_clocks``: fill and sink run on host threads; h2d, compute and d2h are timed
+#: by CUDA events.
+PHASE_CLOCKS: Mapping[str, str] = MappingProxyType({
+    p.label: HOST_CLOCK if p in HOST_PHASES else DEVICE_CLOCK for p in RUN_PHASES
+})
+
+#: How long one reference event places a lane's device times. CUDA gives elapsed times as float32
+#: milliseconds (steps of ~8 µs 100 s after the reference, ~0.25 ms an hour after) and the card's
+#: timer drifts from the host's, so a lane takes a fresh reference this often.
+_REFERENCE_S = 30.0
 
 
 def _import_cupy() -> ModuleType:
@@ -46,12 +67,67 @@ def cupy_unavailable_reason() -> str | None:
     return None
 
 
+class _DeviceClock:
+    """Where one lane's CUDA events sit on ``time.perf_counter``'s time base: a timed reference
+    event recorded on a stream nothing else uses (so it completes at once), synchronised, and the
+    host clock read right after (late by the synchronisation's latency, microseconds)."""
+
+    def __init__(self, cupy: ModuleType) -> None:
+        self._cp = cupy
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self.reference = self._take()
+
+    def _take(self) -> tuple[Any, float]:
+        ev = self._cp.cuda.Event()
+        ev.record(self._stream)
+        ev.synchronize()
+        return ev, time.perf_counter()
+
+    def current(self) -> tuple[Any, float]:
+        """The reference for a job starting now: the lane's, or a fresh one once it is
+        ``_REFERENCE_S`` old (a job's thread may take it; two at once are harmless)."""
+        ref = self.reference
+        if time.perf_counter() - ref[1] > _REFERENCE_S:
+            ref = self.reference = self._take()
+        return ref
+
+
+class _EventSpan:
+    """One device job's ``Marker.clock``: its (start, end) from the timed events that bracket it.
+
+    The start is placed through the lane's reference event; the length is taken between the two
+    events themselves, so it keeps the events' resolution however old the reference is."""
+
+    __slots__ = ("_cp", "_device", "end", "host_t0", "ref", "start")
+
+    def __init__(self, cupy: ModuleType, device: Any) -> None:
+        self._cp = cupy
+        self._device = device
+        self.ref: tuple[Any, float] | None = None
+        self.start: Any = None
+        self.end: Any = None
+        #: When the job's thread reached the work (host clock): the span of a job read too early.
+        self.host_t0 = 0.0
+
+    def __call__(self) -> tuple[float, float]:
+        if self.ref is None or self.end is None or not self.end.done:
+            # Read before the device finished (the contract is after): as phase_spans does for a
+            # running job, it ends now.
+            return (self.host_t0, time.perf_counter()) if self.host_t0 else (0.0, 0.0)
+        ref, ref_t = self.ref
+        elapsed_ms = self._cp.cuda.get_elapsed_time
+        with self._device:
+            t0 = ref_t + elapsed_ms(ref, self.start) / 1e3
+            return t0, t0 + elapsed_ms(self.start, self.end) / 1e3
+
+
 class _Streams(StreamSet):
     def __init__(self, lane: int, cupy: ModuleType) -> None:
         super().__init__(lane)
         self.cuda: dict[Phase, Any] = {
             p: cupy.cuda.Stream(non_blocking=True) for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H)
         }
+        self.clock = _DeviceClock(cupy)
 
 
 class CupyBackend:
@@ -59,7 +135,7 @@ class CupyBackend:
 
     name = "cupy"
 
-    def __init__(self, device: int = 0, reason: str = "requested", profile: bool = False) -> None:
+    def __init__(self, device: int = 0, reason: str = "requested") -> None:
         why = cupy_unavailable_reason()
         if why is not None:
             raise BackendError("cupy", why)
@@ -71,7 +147,8 @@ class CupyBackend:
         raw = props.get("name", b"cuda")
         self.device_name = raw.decode() if isinstance(raw, bytes) else str(raw)
         self.reason = reason
-        self._profile = profile or os.environ.get("WARPDECK_PROFILE") == "1"
+        #: How each phase's interval is measured (``PHASE_CLOCKS``).
+        self.phase_clocks: dict[str, str] = dict(PHASE_CLOCKS)
         self._pinned: list[Any] = []
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
@@ -84,19 +161,18 @@ class CupyBackend:
             return self._cp.empty(nbytes, self._cp.uint8)
 
     def view(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = math.prod(shape) * dtype.itemsize  # Python ints: no overflow, and no NumPy call per view
         return buf[:n].view(dtype).reshape(shape)
 
     def streams(self, lane: int) -> StreamSet:
-        return _Streams(lane, self._cp)
-
-    def _event(self) -> Any:
-        return self._cp.cuda.Event(disable_timing=not self._profile)
+        with self._device:  # the current device is per thread: this one may not be __init__'s
+            return _Streams(lane, self._cp)
 
     def _on_stream(self, streams: StreamSet, phase: Phase, work: Callable[[Any], None],
                    deps: Sequence[Marker]) -> Marker:
         assert isinstance(streams, _Streams)
         stream = streams.cuda[phase]
+        span = _EventSpan(self._cp, self._device)
 
         def job() -> DeviceEvent:
             with self._device:
@@ -104,20 +180,29 @@ class CupyBackend:
                     ev = d._event()
                     if ev is not None:
                         stream.wait_event(ev)
-                ev = self._event()
+                span.ref = streams.clock.current()
+                span.host_t0 = time.perf_counter()
+                # Recorded after the waits: the device reaches it once the dependencies are done.
+                span.start = self._cp.cuda.Event()
+                span.start.record(stream)
+                end = self._cp.cuda.Event()
                 try:
                     with stream:
                         work(stream)
                 except Exception as exc:
                     # Kernels enqueued before the raise still use the buffers: their release
                     # must wait for them, so the event travels on the exception.
-                    ev.record(stream)
-                    exc.warpdeck_event = ev  # type: ignore[attr-defined]
+                    end.record(stream)
+                    span.end = end
+                    exc.warpdeck_event = end  # type: ignore[attr-defined]
                     raise
-                ev.record(stream)
-                return ev  # type: ignore[no-any-return]
+                end.record(stream)
+                span.end = end
+                return end  # type: ignore[no-any-return]
 
-        return streams.submit(phase, job, deps, device_deps=True)
+        marker = streams.submit(phase, job, deps, device_deps=True)
+        marker.clock = span  # read only once the marker is done, by when the job has filled it
+        return marker
 
     def h2d(self, streams: StreamSet, dst: Any, src: npt.NDArray[Any], deps: Sequence[Marker]) -> Marker:
         return self._on_stream(streams, Phase.H2D, lambda s: dst.set(src, stream=s), deps)
