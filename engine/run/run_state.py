@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
-from warpdeck.engine.run.feeder import DepthTuner, Feeder
+from warpdeck.engine.run.feeder import Feeder
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
@@ -30,6 +31,8 @@ from warpdeck.engine.state.task_keys import TaskKeys
 from warpdeck.engine.state.tasks import State, TaskTable
 
 __all__ = ["RunState"]
+
+_RUNNING = int(State.RUNNING)
 
 
 @dataclass(eq=False)
@@ -43,12 +46,12 @@ class RunState:
     leases: LeaseBook
     metrics: MetricsAccumulator
     task_keys: TaskKeys
-    tuner: DepthTuner
+    tuner: Autotuner
     #: The workers' ids (in process, or the actors), and the worker each lane belongs to.
     worker_ids: list[str]
     lane_worker: list[str]
     lanes: Sequence[LaneLike] = ()
-    #: Whether the depth tuner may change the lanes' slot depth (an operator's depth turns it off).
+    #: Whether the tuner may change the lanes' slot depth (an operator's depth turns it off).
     auto_depth: bool = True
     #: Workers an operator quarantined; the local one among them gets no new batches.
     quarantined: set[str] = field(default_factory=set)
@@ -81,5 +84,5 @@ class RunState:
 
     def live(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Those of ``rows`` still running (an operator may have cancelled some on the way)."""
-        out: npt.NDArray[np.int64] = rows[self.table.state[rows] == State.RUNNING]
+        out: npt.NDArray[np.int64] = rows[self.table.state[rows] == _RUNNING]
         return out

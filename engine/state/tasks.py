@@ -286,22 +286,37 @@ class TaskTable:
         return dict(self._sparse.error)
 
     # -- transitions ----------------------------------------------------------------------------
-    def _check(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> None:
+    def _check(self, idx: npt.NDArray[np.int64], to_state: State,
+               to_phase: Phase) -> tuple[list[int], npt.NDArray[np.int64]]:
+        """Refuse an illegal move; the distinct (state, phase) codes of ``idx`` and their counts."""
         st = self.state[idx]
         ph = self.phase[idx]
         # Rows of one batch share state and phase, so checking the distinct pairs is enough.
-        codes = np.unique(st.astype(np.int16) * 16 + ph)
-        for code in codes.tolist():
+        codes, n = np.unique(st.astype(np.int16) * 16 + ph, return_counts=True)
+        listed: list[int] = codes.tolist()
+        for code in listed:
             s, p = State(code // 16), Phase(code % 16)
             if not check_transition(s, p, to_state, to_phase):
                 bad = int(idx[(st == s) & (ph == p)][0])
                 raise IllegalTransition(self.keys[bad], s, p, to_state, to_phase)
+        return listed, n
 
     def _move(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> npt.NDArray[np.int64]:
+        if len(idx) == 1:  # a batch of one: no array machinery (engine overhead at batch 1)
+            i = int(idx[0])
+            s, p = State(int(self.state[i])), Phase(int(self.phase[i]))
+            if not check_transition(s, p, to_state, to_phase):
+                raise IllegalTransition(self.keys[i], s, p, to_state, to_phase)
+            self._counts[s, p] -= 1
+            self._counts[to_state, to_phase] += 1
+            self.state[i] = to_state
+            self.phase[i] = to_phase
+            return idx
         # A row named twice in one call moves once; counts follow the columns, not the call.
         idx = np.unique(idx)
-        self._check(idx, to_state, to_phase)
-        np.subtract.at(self._counts, (self.state[idx], self.phase[idx]), 1)
+        codes, n = self._check(idx, to_state, to_phase)
+        for code, k in zip(codes, n.tolist(), strict=True):
+            self._counts[code // 16, code % 16] -= k
         self._counts[to_state, to_phase] += len(idx)
         self.state[idx] = to_state
         self.phase[idx] = to_phase
