@@ -57,11 +57,20 @@ def render_snapshot(snap: EngineSnapshot) -> Group:
     phases.add_row(*(Text(n, style="dim") for n in ("queued", *_PHASES, "stalled", "done", "failed")))
     phases.add_row(str(c.queued), *(str(c.running[p]) for p in _PHASES), str(sum(c.stalled.values())),
                    str(c.done), Text(str(c.failed), style="red" if c.failed else ""))
-    lanes = Text("  ".join(f"lane {ln.id}: k={ln.depth} {ln.status}" for ln in snap.lanes), style="dim")
-    figs = Text(f"overlap {f.overlap_efficiency:.2f} of bound {f.bound_tasks_s:,.0f}/s   "
+    lanes = Text("  ".join(f"lane {ln.id}: k={ln.depth} fill x{ln.fill_workers} sink x{ln.sink_workers} "
+                           f"{ln.status}" for ln in snap.lanes), style="dim")
+    figs = Text(f"device busy {f.device_busy:.0%}   "
+                f"overlap {f.overlap_efficiency:.2f} of bound {f.bound_tasks_s:,.0f}/s   "
                 f"p50 {f.latency_p50_s * 1e3:.1f} ms  p99 {f.latency_p99_s * 1e3:.1f} ms   "
                 f"feeder {snap.feeder.state} {snap.feeder.ready}/{snap.feeder.high}", style="dim")
-    return Group(head, phases, lanes, figs)
+    parts: list[Text | Table] = [head, phases, lanes, figs]
+    if f.bottleneck:
+        parts.append(Text(f.bottleneck, style="yellow" if f.device_busy < _BUSY_OK else "dim"))
+    return Group(*parts)
+
+
+#: Device busy at or above this shows the bottleneck line dim (nothing to act on), below in colour.
+_BUSY_OK = 0.9
 
 
 def summary_table(report: RunReport) -> Table:
@@ -75,9 +84,18 @@ def summary_table(report: RunReport) -> Table:
     t.add_row("elapsed", f"{report.elapsed_s:.2f} s (first batch {report.first_batch_s or 0:.3f} s)")
     t.add_row("throughput", f"{report.throughput_tasks_s:,.1f} tasks/s, {report.throughput_bytes_s / 1e6:,.1f} MB/s"
               f" (steady {report.steady_tasks_s:,.1f} tasks/s)")
-    t.add_row("bound", f"{report.bound_tasks_s:,.1f} tasks/s overlapped, {report.serial_bound_tasks_s:,.1f} serial")
+    by_lane = "  ".join(f"lane {k} {v:.0%}" for k, v in report.device_busy_by_lane.items())
+    many = len(report.device_busy_by_lane) > 1
+    t.add_row("device busy", f"{report.device_busy:.1%}" + (f" ({by_lane})" if many else ""))
+    if report.bottleneck:
+        t.add_row("bottleneck", escape(report.bottleneck.removeprefix("bottleneck: ")))
+    t.add_row("bound", f"{report.bound_tasks_s:,.1f} tasks/s with host phases parallel, "
+              f"{report.serial_bound_tasks_s:,.1f} serial")
     t.add_row("overlap efficiency", f"{report.overlap_efficiency:.3f}")
     t.add_row("phase means", "  ".join(f"{k} {v * 1e3:.2f}ms" for k, v in report.mean_phase_s.items()))
+    if report.host_threads:
+        t.add_row("host threads", "; ".join(f"lane {lane}: fill {th['fill']} sink {th['sink']}"
+                                            for lane, th in report.host_threads.items()))
     occ = "; ".join(f"lane {lane}: " + " ".join(f"{k} {v:.0%}" for k, v in ph.items())
                     for lane, ph in report.occupancy.items())
     t.add_row("occupancy", occ)

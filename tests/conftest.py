@@ -33,3 +33,20 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_report_above_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run report made in this process (any test, any front end) has overlap efficiency <= 1
+    and device busy within [0, 1]: the bound is never below what the run reached (issue 16)."""
+    from warpdeck.engine.run import engine as engine_module
+
+    made = engine_module.make_report
+
+    def checked(*args: object, **kwargs: object) -> object:
+        report = made(*args, **kwargs)  # type: ignore[arg-type]
+        assert report.overlap_efficiency <= 1.0 + 1e-9, f"overlap efficiency {report.overlap_efficiency} > 1"
+        assert 0.0 <= report.device_busy <= 1.0, f"device busy {report.device_busy}"
+        return report
+
+    monkeypatch.setattr(engine_module, "make_report", checked)

@@ -22,9 +22,11 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.backends.host_pool import HostPool
 from warpdeck.engine.state.tasks import Phase
 
 __all__ = [
+    "HOST_PHASES",
     "Backend",
     "BackendError",
     "DependencyFailed",
@@ -75,6 +77,13 @@ class Marker:
     t1: float = 0.0
     #: The future's result is a device event to wait for (else it is the job's plain result).
     device: bool = False
+    #: CPU seconds the job's thread spent in it (``time.thread_time``): a host phase that burns
+    #: CPU scales with cores, one that waits (I/O, sleep) with threads (engine/state/metrics.py).
+    cpu: float = 0.0
+    #: Set by a backend that times the work on the device itself (CuPy: CUDA events): returns the
+    #: work's (start, end) on ``time.perf_counter``'s time base; read once the marker is done,
+    #: off the hot path (``phase_spans``). None: ``t0``/``t1`` are the interval (host clock).
+    clock: Callable[[], tuple[float, float]] | None = None
 
     def _event(self) -> DeviceEvent | None:
         return self.future.result() if self.device else None
@@ -107,6 +116,20 @@ class Marker:
     async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a deadline per marker, not a scope
         """Wait from asyncio without blocking the loop; raises the job's exception, or
         ``MarkerTimeout`` after ``timeout`` seconds."""
+        fut = self.future
+        if fut.done() and not fut.cancelled():
+            # Already run (often: a release, or a phase that ended before its watcher came): no
+            # asyncio future, no wake-up through the loop's self-pipe.
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
+            ev = self._event()
+            if ev is None or ev.done:
+                if ev is not None and not self.t1:
+                    self.t1 = time.perf_counter()
+                return
+            await self._poll_device(ev, timeout)
+            return
         inner = asyncio.wrap_future(self.future)
         # Shielded, so a waiter's timeout leaves the job alone; if every waiter is gone when the job
         # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
@@ -123,7 +146,10 @@ class Marker:
             if ev is not None and not self.t1:
                 self.t1 = time.perf_counter()
             return
-        # Device work: poll the event with backoff (CUDA events have no asyncio hook).
+        await self._poll_device(ev, timeout)
+
+    async def _poll_device(self, ev: DeviceEvent, timeout: float | None) -> None:  # noqa: ASYNC109
+        """Device work: poll the event with backoff (CUDA events have no asyncio hook)."""
         deadline = None if timeout is None else time.perf_counter() + timeout
         delay = 20e-6
         while not ev.done:
@@ -177,17 +203,36 @@ def done_marker(phase: Phase) -> Marker:
     return Marker(phase, fut, device=True)
 
 
-class StreamSet:
-    """The five ordered executors of one lane. Jobs run in submission order per stream; each
-    first waits for its dependency markers (within its own thread, as a CUDA stream would)."""
+#: The phases that run on host threads only, and may run on several at once (``HostPool``).
+HOST_PHASES = (Phase.FILL, Phase.SINK)
 
-    def __init__(self, lane: int) -> None:
-        self._pools = {
-            p: cf.ThreadPoolExecutor(1, thread_name_prefix=f"warpdeck-lane{lane}-{p.name.lower()}")
-            for p in (Phase.FILL, Phase.H2D, Phase.COMPUTE, Phase.D2H, Phase.SINK)
+
+class StreamSet:
+    """The executors of one lane. The device phases (h2d, compute, d2h) each run on one thread in
+    submission order, as on a CUDA stream, and a job first waits for its dependency markers within
+    its own thread. The host phases (fill, sink) run on a resizable pool (``HostPool``): they
+    start in submission order, may finish out of it, and the lane takes their results in order."""
+
+    def __init__(self, lane: int, fill_workers: int = 1, sink_workers: int = 1) -> None:
+        name = f"warpdeck-lane{lane}"
+        self._pools: dict[Phase, cf.Executor] = {
+            p: cf.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{p.name.lower()}")
+            for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H)
         }
+        self._host = {Phase.FILL: HostPool(f"{name}-fill", fill_workers),
+                      Phase.SINK: HostPool(f"{name}-sink", sink_workers)}
+        self._pools.update(self._host)
         self._closed = threading.Event()
         _track(self)
+
+    def workers(self, phase: Phase) -> int:
+        """Threads the host phase ``phase`` runs on (1 for a device phase)."""
+        pool = self._host.get(phase)
+        return pool.workers if pool is not None else 1
+
+    def resize(self, phase: Phase, workers: int) -> int:
+        """Run the host phase ``phase`` on ``workers`` threads from now on; the count set."""
+        return self._host[phase].resize(workers)
 
     def submit(self, phase: Phase, job: Callable[[], Any],
                deps: Sequence[Marker] = (), device_deps: bool = False) -> Marker:
@@ -204,10 +249,12 @@ class StreamSet:
                 exc = _wait_submitted(d, closed) if device_deps else _wait_done(d, closed)
                 if exc is not None:
                     raise DependencyFailed(f"{d.phase.name.lower()} failed: {exc!r}") from exc
+            c0 = time.thread_time()
             marker.t0 = time.perf_counter()
             result = job()
             if not device_deps:
                 marker.t1 = time.perf_counter()
+            marker.cpu = time.thread_time() - c0
             return result
 
         marker.future = self._pools[phase].submit(run)
@@ -299,6 +346,13 @@ class Backend(Protocol):
     @property
     def reason(self) -> str:
         """Why this backend was chosen (``auto`` explains a fallback here)."""
+        ...
+
+    @property
+    def phase_clocks(self) -> dict[str, str]:
+        """How each phase's interval is measured, by phase label (``"compute"``), as the report
+        says it: ``"host (perf_counter)"`` or, for a phase the device times, ``"device (CUDA
+        events)"``. Every clock is on ``time.perf_counter``'s time base."""
         ...
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:

@@ -7,6 +7,7 @@ releases the GIL in copies and large kernels; ``time.sleep``-bound stages overla
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,9 +15,13 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase
 
-__all__ = ["NumpyBackend"]
+__all__ = ["HOST_CLOCK", "NumpyBackend"]
+
+#: How a phase timed on the host is measured (``Backend.phase_clocks``): when its job's thread
+#: started and ended it, on ``time.perf_counter``.
+HOST_CLOCK = "host (perf_counter)"
 
 
 class NumpyBackend:
@@ -28,6 +33,8 @@ class NumpyBackend:
 
     def __init__(self, reason: str = "requested") -> None:
         self.reason = reason
+        #: Every phase runs on a host thread, so the host times every phase.
+        self.phase_clocks: dict[str, str] = dict.fromkeys((p.label for p in RUN_PHASES), HOST_CLOCK)
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         return np.empty(nbytes, np.uint8)
@@ -36,7 +43,7 @@ class NumpyBackend:
         return np.empty(nbytes, np.uint8)
 
     def view(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = math.prod(shape) * dtype.itemsize  # Python ints: no overflow, and no NumPy call per view
         return buf[:n].view(dtype).reshape(shape)
 
     def streams(self, lane: int) -> StreamSet:

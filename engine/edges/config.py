@@ -23,6 +23,7 @@ __all__ = [
     "ExecutorSpec",
     "FaultsSpec",
     "FeederSpec",
+    "HostSpec",
     "NpyDirSink",
     "NpyDirSource",
     "NullSink",
@@ -151,6 +152,30 @@ class FeederSpec(_Model):
         return self
 
 
+class HostSpec(_Model):
+    """The host phases, fill (loading inputs) and sink (writing outputs): how many threads each
+    lane gives them. Absent counts are tuned while the run goes (``engine/run/autotune.py``):
+    raised while the device waits for that phase, within ``max_workers`` and the CPU budget."""
+
+    fill_workers: int | None = Field(default=None, ge=1, le=64)
+    """Threads loading inputs, per lane; absent: tuned, starting at 1."""
+    sink_workers: int | None = Field(default=None, ge=1, le=64)
+    """Threads writing outputs, per lane; absent: tuned, starting at 1."""
+    max_workers: int = Field(default=8, ge=1, le=64)
+    """Most threads the tuner gives one host phase of one lane."""
+    cpu_cores: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
+    """Cores the run may keep busy (the CPU budget the tuner and the bound count); absent: the
+    cores this process may run on."""
+
+    @model_validator(mode="after")
+    def _pins_in_range(self) -> HostSpec:
+        for name in ("fill_workers", "sink_workers"):
+            pinned = getattr(self, name)
+            if pinned is not None and pinned > self.max_workers:
+                raise ValueError(f"{name} ({pinned}) is above max_workers ({self.max_workers})")
+        return self
+
+
 class FaultsSpec(_Model):
     """What the engine does when the machine, not a task, fails (docs/reliability.md)."""
 
@@ -211,6 +236,8 @@ class PipelineSpec(_Model):
     """Retry policy."""
     feeder: FeederSpec = FeederSpec()
     """Ready-queue watermarks and automatic prefetch depth."""
+    host: HostSpec = HostSpec()
+    """Threads for loading and writing (fill and sink), per lane: pinned or tuned."""
     batch_timeout_s: float = Field(default=0.05, ge=0)
     """A partial batch is sent after waiting this long for more tasks of its key."""
     executor: Annotated[ExecutorSpec, BeforeValidator(_executor_shorthand)] = ExecutorSpec()

@@ -26,7 +26,7 @@ from warpdeck.engine.run.commands import (
     SetDepth,
 )
 from warpdeck.engine.run.run_state import RunState
-from warpdeck.engine.state.tasks import ALL_QUARANTINED, StallReason, State
+from warpdeck.engine.state.tasks import ALL_QUARANTINED, Phase, StallReason, State
 
 __all__ = ["CommandHandler"]
 
@@ -74,7 +74,10 @@ class CommandHandler:
                 for lane in s.lanes:
                     if cmd.lane is None or lane.id == cmd.lane:
                         lane.set_depth(cmd.depth)
-                return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto off)")
+                threads = sorted({(ln.workers(Phase.FILL), ln.workers(Phase.SINK)) for ln in s.lanes})
+                held = ", ".join(f"fill {f} sink {k}" for f, k in threads)
+                return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto depth off; threads {held}, "
+                                              f"still tuned within {cmd.depth - 2} slots)")
 
     def _requeue_stalled(self) -> CommandResult:
         s = self.s

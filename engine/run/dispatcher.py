@@ -26,12 +26,13 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.input_errors import retryable
+from warpdeck.engine.run.autotune import LaneSettings, measure_window
 from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.outage import OutageAbandoned
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.state.records import BatchRecord, NonFiniteOutput, format_exception
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason, State
+from warpdeck.engine.state.tasks import Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
 
@@ -216,7 +217,7 @@ class Dispatcher:
         recs = self._lane_records[record.lane]
         recs.append(record)
         self._since_tune[record.lane] += 1
-        if s.auto_depth and record.ok and self._since_tune[record.lane] >= s.tuner.window:
+        if record.ok and self._since_tune[record.lane] >= s.tuner.window:
             self._since_tune[record.lane] = 0
             self._tune(s.lanes[record.lane], recs)
         s.metrics.serial_s += time.perf_counter() - t0
@@ -225,16 +226,15 @@ class Dispatcher:
         ok = [r for r in recs if r.ok]
         if len(ok) < _TUNE_MIN_RECORDS:
             return
-        sums = np.array([[r.duration(p) for p in RUN_PHASES] for r in ok]).sum(axis=0)
-        i = int(np.argmax(sums))
-        starts = [r.phases[i][0] for r in ok]
-        ends = [r.phases[i][1] for r in ok]
-        span = max(ends) - min(starts)
-        idle = 1.0 - float(sums[i]) / span if span > 0 else 0.0
-        used = sum(ln.nbytes for ln in self.s.lanes)
-        depth = self.s.tuner.decide(lane.id, lane.depth, idle, lane.slot_bytes, used)
-        if depth != lane.depth:
-            lane.set_depth(depth)
+        s = self.s
+        now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK))
+        used = sum(ln.nbytes for ln in s.lanes)
+        new = s.tuner.decide(lane.id, now, measure_window(ok), lane.slot_bytes, used, tune_depth=s.auto_depth)
+        if new.depth != now.depth:
+            lane.set_depth(new.depth)
+        for phase in (Phase.FILL, Phase.SINK):
+            if new.workers(phase) != now.workers(phase):
+                lane.set_workers(phase, new.workers(phase))
 
     # -- failures and convictions -------------------------------------------------------------------
     def retry_or_fail(self, rows: npt.NDArray[np.int64], reason: str, tb: str, *, retry: bool = True,

@@ -38,12 +38,13 @@ from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink
 from warpdeck.engine.edges.sources import BatchKey, Source, TaskInput, open_source
+from warpdeck.engine.run.autotune import Autotuner, DepthTuner, default_cores
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.command_handler import CommandHandler
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.run.dispatcher import Dispatcher
 from warpdeck.engine.run.fault_watch import FaultWatch
-from warpdeck.engine.run.feeder import DepthTuner, Feeder, feeder_watermarks
+from warpdeck.engine.run.feeder import Feeder, feeder_watermarks
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.run.outage import HeldSink, Outage
@@ -55,7 +56,7 @@ from warpdeck.engine.state.report import RunFacts, RunReport, make_report
 from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus, SnapshotPublisher, TaskDetail
 from warpdeck.engine.state.snapshot_builder import HOST, SnapshotBuilder
 from warpdeck.engine.state.task_keys import TaskKeys
-from warpdeck.engine.state.tasks import State
+from warpdeck.engine.state.tasks import Phase, State
 
 if TYPE_CHECKING:
     from warpdeck.engine.scaleout.executor import RayExecutor
@@ -120,7 +121,10 @@ class Engine:
         return RunState(
             spec=spec, table=table, ready=ready, feeder=feeder, leases=LeaseBook(self._epoch_of),
             metrics=MetricsAccumulator(nl), task_keys=TaskKeys(table, ready, feeder, self.source, self.resume),
-            tuner=DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
+            tuner=Autotuner(DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
+                            spec.host.max_workers, spec.host.cpu_cores or default_cores(),
+                            frozenset(p for p, n in ((Phase.FILL, spec.host.fill_workers),
+                                                     (Phase.SINK, spec.host.sink_workers)) if n is not None)),
             worker_ids=worker_ids, lane_worker=[worker_ids[i // spec.lanes] for i in range(nl)],
             auto_depth=spec.feeder.auto_depth)
 
@@ -138,8 +142,10 @@ class Engine:
         sink = HeldSink(self.task_keys.guard(self.sink), self.outage, _sink_dir(self.sink, self.run_dir))
         if self.executor is not None:
             return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for)
+        host = self.spec.host
         return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
-                     self.spec.batch_size) for i in range(len(self.state.lane_worker))]
+                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1)
+                for i in range(len(self.state.lane_worker))]
 
     # -- what the run is made of (read-only views for the CLI, the TUI link and tests) ---------------
     @property
@@ -300,7 +306,9 @@ class Engine:
             failures=[(t.keys[r], t.error(r), int(t.attempt[r])) for r in unfinished.tolist()],
             flags=[(t.keys[r], note) for r, note in sorted(t.flags().items())],
             resume=self.resume, journal=self.journal, temps_cleaned=self.temps_cleaned, control=self.control,
-            outage=self.outage, stopped_by=self.stopped_by)
+            outage=self.outage, stopped_by=self.stopped_by,
+            phase_clocks=dict(self.backend.phase_clocks),
+            tuning=[f"lane {d.lane}: {d.reason} (depth {d.depth})" for d in self.state.tuner.decisions[-20:]])
 
     async def _publish_loop(self) -> None:
         while True:

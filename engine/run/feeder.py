@@ -1,4 +1,4 @@
-"""The feeder keeps the ready queue between its watermarks; the depth tuner keeps lanes fed.
+"""The feeder keeps the ready queue between its watermarks (the autotuner, engine/run/autotune.py, sizes the lanes).
 
 The decisions this module protects:
 - The source is pulled off the event loop in chunks, only when the ready queue has fallen to the
@@ -8,8 +8,6 @@ The decisions this module protects:
 - Operator control (pause, drain) is state here; the dispatcher and lanes read it.
 - A task the operator cancelled before it was admitted (``withheld``) enters the table but never the
   ready queue; the engine records it cancelled (``cancelled_on_admit``), so it never runs.
-- Prefetch depth is tuned the way tf.data's AUTOTUNE tunes buffers: grow a lane's slot ring while
-  its bottleneck phase sits idle (jitter the ring could absorb) and the memory budget allows.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +25,7 @@ from warpdeck.engine.edges.sources import Source, TaskInput
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.state.tasks import TaskTable
 
-__all__ = ["DepthTuner", "Feeder", "FeederState", "TunerDecision", "feeder_watermarks"]
+__all__ = ["Feeder", "FeederState", "feeder_watermarks"]
 
 
 class FeederState(enum.StrEnum):
@@ -174,47 +171,3 @@ class Feeder:
                 self._wake.clear()
                 if self.wanted() <= 0:
                     await self._wake.wait()
-
-
-@dataclass(frozen=True, slots=True)
-class TunerDecision:
-    """One decision of the depth tuner and the figures it was made from."""
-
-    lane: int
-    depth: int
-    idle_fraction: float
-    reason: str
-
-
-class DepthTuner:
-    """Grows a lane's ring while its bottleneck phase idles, within a memory budget.
-
-    Each window of ``window`` batches, the lane reports the bottleneck phase's busy time and
-    the span it covered; idle = 1 - busy/span. Idle above ``idle_threshold`` with every phase's
-    mean below the bottleneck's means jitter, not a slower phase, so a deeper ring helps; grow
-    by one slot per 5 % idle, then watch another window. Never above ``max_depth`` or the budget.
-    """
-
-    def __init__(self, max_depth: int, budget_bytes: int, idle_threshold: float = 0.02, window: int = 8) -> None:
-        self.max_depth = max_depth
-        self.budget_bytes = budget_bytes
-        self.idle_threshold = idle_threshold
-        self.window = window
-        self.decisions: list[TunerDecision] = []
-
-    def decide(self, lane: int, depth: int, idle_fraction: float, slot_bytes: int, used_bytes: int) -> int:
-        """The depth to use next given one window's measurements."""
-        if idle_fraction <= self.idle_threshold or depth >= self.max_depth:
-            return depth
-        if used_bytes + slot_bytes > self.budget_bytes:
-            if not self.decisions or self.decisions[-1].reason != "budget":
-                self.decisions.append(TunerDecision(lane, depth, idle_fraction, "budget"))
-            return depth
-        # Grow in proportion to the idle share (one slot per 5 % idle), so a heavy-tailed phase
-        # reaches a useful depth within a few windows instead of one slot per window.
-        step = max(1, int(idle_fraction / 0.05))
-        new = min(self.max_depth, depth + step)
-        while new > depth + 1 and used_bytes + (new - depth) * slot_bytes > self.budget_bytes:
-            new -= 1
-        self.decisions.append(TunerDecision(lane, new, idle_fraction, "bottleneck idle"))
-        return new

@@ -44,6 +44,14 @@ class LaneLike(Protocol):
     @property
     def batches_done(self) -> int: ...
 
+    def workers(self, phase: Phase) -> int:
+        """Threads the host phase ``phase`` (fill or sink) runs on."""
+        ...
+
+    def set_workers(self, phase: Phase, workers: int) -> None:
+        """Run the host phase ``phase`` on ``workers`` threads (the autotuner's choice)."""
+        ...
+
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches it holds (any thread)."""
         ...

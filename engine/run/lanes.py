@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from warpdeck.engine.backends.base import (
+    HOST_PHASES,
     Backend,
     Marker,
     MarkerTimeout,
@@ -41,7 +42,7 @@ from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
-__all__ = ["Lane", "phase_spans"]
+__all__ = ["Lane", "phase_cpu", "phase_spans"]
 
 
 @dataclass(slots=True)
@@ -84,7 +85,8 @@ class Lane:
     """One pipeline instance on a device: a slot ring of depth k and five ordered streams."""
 
     def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
-                 sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int) -> None:
+                 sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,
+                 fill_workers: int = 1, sink_workers: int = 1) -> None:
         self.id = lane_id
         self.batch_size = batch_size
         self.backend = backend
@@ -93,6 +95,10 @@ class Lane:
         self.sink = sink
         self.plan_for = plan_for
         self.streams: StreamSet = backend.streams(lane_id)
+        self.streams.resize(Phase.FILL, fill_workers)
+        self.streams.resize(Phase.SINK, sink_workers)
+        if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
+            depth = max(depth, fill_workers + 2, sink_workers + 2)
         self.ring: list[Slot] = [Slot(i) for i in range(depth)]
         self._ptr = 0
         self._next_index = depth
@@ -120,6 +126,17 @@ class Lane:
             keep = [self.ring[(self._ptr + i) % len(self.ring)] for i in range(depth)]
             self.ring, self._ptr = keep, 0
 
+    def workers(self, phase: Phase) -> int:
+        """Threads the host phase ``phase`` (fill or sink) runs on."""
+        return self.streams.workers(phase)
+
+    def set_workers(self, phase: Phase, workers: int) -> None:
+        """Run the host phase ``phase`` on ``workers`` threads from the next job on. Several fills
+        (sinks) then run at once; the lane still takes their results in batch order."""
+        if phase not in HOST_PHASES:
+            raise ValueError(f"{phase.name.lower()} is a device phase: it runs in order on one stream")
+        self.streams.resize(phase, workers)
+
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
         it may raise ``RuntimeError`` if the lane changed it meanwhile; the caller retries later)."""
@@ -143,7 +160,7 @@ class Lane:
             state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
             slots.append(SlotView(sl.index, state, (a, b, c, d)))
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
-                        tuple(slots))
+                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK))
 
     def _next_slot(self) -> Slot:
         slot = self.ring[self._ptr % len(self.ring)]
@@ -417,16 +434,28 @@ class Lane:
 
     def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
-                           tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes)
+                           tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes, phase_cpu(markers))
 
 
 def phase_spans(markers: Sequence[Marker]) -> list[tuple[float, float]]:
     """(start, end) per phase in RUN_PHASES order from the markers that ran (a running one ends
-    now); (0, 0) for a phase none of them reached."""
+    now); (0, 0) for a phase none of them reached. A marker the device timed (``clock``) gives
+    the device's interval, on the same time base."""
     phases = [(0.0, 0.0)] * len(RUN_PHASES)
     for m in markers:
-        if m.t0:
+        if m.clock is not None and m.done() and m.failed() is None:
+            phases[m.phase - 1] = m.clock()
+        elif m.t0:
             phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
     return phases
+
+
+def phase_cpu(markers: Sequence[Marker]) -> tuple[float, ...]:
+    """CPU seconds each phase's thread spent on the batch, in RUN_PHASES order (0 where none ran;
+    a device phase's is the host's cost of queueing it)."""
+    cpu = [0.0] * len(RUN_PHASES)
+    for m in markers:
+        cpu[m.phase - 1] = m.cpu
+    return tuple(cpu)
 
 

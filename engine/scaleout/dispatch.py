@@ -106,6 +106,13 @@ class RayLane:
         self._depth = max(2, depth)
         self._room.set()
 
+    def workers(self, phase: Phase) -> int:
+        """Threads loading (fill) or writing (sink) this lane's batches on the engine's side."""
+        return self.streams.workers(phase)
+
+    def set_workers(self, phase: Phase, workers: int) -> None:
+        self.streams.resize(phase, workers)
+
     def inflight_ids(self) -> tuple[int, ...]:
         return tuple(self._out)
 
@@ -117,7 +124,8 @@ class RayLane:
     def view(self) -> LaneView:
         """The lane as the snapshot shows it: a slot per batch out on the actor."""
         slots = tuple(SlotView(i, "computing", (bid, bid, bid, bid)) for i, bid in enumerate(self._out))
-        return LaneView(self.id, self.depth, self.status, False, self.batches_done, self.nbytes, slots)
+        return LaneView(self.id, self.depth, self.status, False, self.batches_done, self.nbytes, slots,
+                        self.workers(Phase.FILL), self.workers(Phase.SINK))
 
     # -- run ------------------------------------------------------------------------------------
     async def run(self) -> None:

@@ -4,25 +4,43 @@ The decisions this module protects: every figure comes from measured phase inter
 from configured or assumed times; throughput for overlap efficiency is the steady-state rate
 (first batch done to last batch done), so a pipeline's fill-up and drain latency does not pass
 for a lack of overlap; the Amdahl ceiling uses the measured serial share of the work.
+
+- The headline is **device busy**: the share of wall time the compute phase runs, from the first
+  compute to the last (now, while running), per lane and over all lanes (the union of their
+  compute intervals).
+- The bound is what the pipeline could reach with its host phases parallel, counting what the
+  machine has: per lane, each phase's tasks over its busy time, times the threads it may have
+  (device phases: one stream; a host phase: the tuner's cap, ``HostThreads``), and for the run,
+  the cores over the CPU time a batch costs. It is taken over the same batches and the same
+  window as the steady rate (busy time clipped to the window), so a phase on k threads can never
+  have done more than k times its window: overlap efficiency cannot exceed 1.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.read_only import LaneFigures, NamedFigures, read_only_by_lane, set_read_only
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import RUN_PHASES, StallReason
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]
 
 #: Batches needed before a steady-state rate means anything (first done to last done).
 _STEADY_MIN = 3
 _PHASE_NAMES = tuple(p.name.lower() for p in RUN_PHASES)
+_COMPUTE = Phase.COMPUTE - 1
+_HOST = {Phase.FILL - 1: 0, Phase.SINK - 1: 1}
+#: Compute intervals kept unmerged before a merge (a reading merges them too).
+_MERGE_EVERY = 256
+#: Per lane: the fill and the sink threads (the tuner's, engine/run/autotune.py).
+LaneThreads = Mapping[int, tuple[HostThreads, HostThreads]]
 
 
 def amdahl_speedup(serial_fraction: float, p: float) -> float:
@@ -52,7 +70,8 @@ class Figures:
     latency_p99_s: float
     mean_phase_s: NamedFigures
     bound_tasks_s: float
-    """1 / max(mean phase time) per lane, times lanes and mean batch size: perfect overlap."""
+    """What the pipeline could reach with its host phases on every thread they may have and
+    perfect overlap, within the machine's cores (module docstring)."""
     serial_bound_tasks_s: float
     """1 / sum(mean phase times): no overlap at all."""
     overlap_efficiency: float
@@ -63,10 +82,20 @@ class Figures:
     serial_fraction: float
     amdahl: NamedFigures
     """Most speedup more lanes could give over the current count: p = lanes+1, 2x, infinity."""
+    device_busy: float = 0.0
+    """Share of wall time the compute phase runs, first compute to last: the headline."""
+    device_busy_by_lane: NamedFigures = field(default_factory=dict)
+    """The same per lane (keys: lane ids as text)."""
+    cpu_phase_s: NamedFigures = field(default_factory=dict)
+    """Mean CPU seconds per batch of each phase's thread (a host phase that waits shows little)."""
+    bottleneck_phase: str = ""
+    """The phase that holds the device back ("" before enough batches; "cpu" for the cores)."""
+    bottleneck: str = ""
+    """The bottleneck, the device's busy share and what to change, in one line."""
 
     def __post_init__(self) -> None:
         # A snapshot's figures are shared by every reader: read-only (engine/state/read_only.py).
-        set_read_only(self, "mean_phase_s", "stall_s", "amdahl")
+        set_read_only(self, "mean_phase_s", "stall_s", "amdahl", "device_busy_by_lane", "cpu_phase_s")
         object.__setattr__(self, "occupancy", read_only_by_lane(self.occupancy))
 
 
@@ -92,9 +121,22 @@ class MetricsAccumulator:
         self._recent_s = recent_s
         self.serial_s = 0.0
         self.failed = 0
+        self.cpu_sum = np.zeros(len(RUN_PHASES))
+        # The steady window (records done after the first): per lane, tasks and busy time per
+        # phase clipped to the window; CPU per phase, clipped alike.
+        self.w_tasks: dict[int, int] = {}
+        self.w_busy: dict[int, np.ndarray] = {}
+        # ... and the time at least one job of the phase ran (a pool's jobs start in order).
+        self.w_union: dict[int, np.ndarray] = {}
+        self._union_end: dict[int, np.ndarray] = {}
+        self.w_cpu = np.zeros(len(RUN_PHASES))
+        self.device = _DeviceBusy()
 
     def add(self, rec: BatchRecord) -> None:
         """Count one batch's record (failed batches count for occupancy, not throughput)."""
+        c0, c1 = rec.phases[_COMPUTE]
+        if c0:
+            self.device.add(rec.lane, c0, c1)
         busy = self.busy.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
         for i, (t0, t1) in enumerate(rec.phases):
             if t0:
@@ -112,10 +154,30 @@ class MetricsAccumulator:
         self.tasks += rec.tasks
         self.nbytes += rec.nbytes
         end = rec.end
+        if rec.cpu:
+            self.cpu_sum += rec.cpu
         if not self.first_end:
             self.first_end, self.first_tasks = end, rec.tasks
+        else:
+            self._add_steady(rec)
         self.last_end = max(self.last_end, end)
         self._recent.append((end, rec.tasks))
+
+    def _add_steady(self, rec: BatchRecord) -> None:
+        w0 = self.first_end
+        self.w_tasks[rec.lane] = self.w_tasks.get(rec.lane, 0) + rec.tasks
+        wb = self.w_busy.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
+        wu = self.w_union.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
+        ue = self._union_end.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
+        for i, (t0, t1) in enumerate(rec.phases):
+            if not t0 or t1 <= t0:
+                continue
+            inside = max(0.0, t1 - max(t0, w0))
+            wb[i] += inside
+            wu[i] += max(0.0, t1 - max(t0, w0, ue[i]))
+            ue[i] = max(ue[i], t1)
+            if rec.cpu:  # at least this much of its CPU time fell in the window (one thread)
+                self.w_cpu[i] += max(0.0, rec.cpu[i] - (t1 - t0 - inside))
 
     def add_latencies(self, latencies: np.ndarray) -> None:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
@@ -131,13 +193,20 @@ class MetricsAccumulator:
             self.stall_s[reason.name.lower()] += max(0.0, seconds)
 
     def figures(self, now: float, started: float, done: int, failed: int, divergence: int,
-                max_divergence: int) -> Figures:
-        """Every figure as of ``now`` (perf_counter clock); ``started`` is the engine's start."""
+                max_divergence: int, threads: LaneThreads | None = None, cores: float = 1.0,
+                finished: bool = False) -> Figures:
+        """Every figure as of ``now`` (perf_counter clock); ``started`` is the engine's start.
+        ``threads``: each lane's fill and sink threads (absent: one each, none to add); ``cores``:
+        what the machine lets the run use; ``finished``: device busy ends at the last compute."""
         elapsed = max(1e-9, now - started)
+        threads = threads or {}
         means = np.divide(self.phase_sum, self.phase_n, out=np.zeros_like(self.phase_sum), where=self.phase_n > 0)
+        cpu_means = np.divide(self.cpu_sum, self.phase_n, out=np.zeros_like(self.cpu_sum), where=self.phase_n > 0)
         mean_batch = self.tasks / self.batches if self.batches else 0.0
         worst = float(means.max()) if self.batches else 0.0
-        bound = self.lanes * mean_batch / worst if worst > 0 else 0.0
+        bound, caps_now, cpu_cap = self._bound(threads, cores)
+        if bound <= 0:  # no steady window yet: the slowest phase's mean, one thread each
+            bound = self.lanes * mean_batch / worst if worst > 0 else 0.0
         total = float(means.sum())
         serial_bound = mean_batch / total if total > 0 else 0.0
         span = self.last_end - self.first_end
@@ -157,6 +226,21 @@ class MetricsAccumulator:
         base = amdahl_speedup(s, self.lanes)
         amdahl = {f"p={p if not math.isinf(p) else 'inf'}": amdahl_speedup(s, p) / base
                   for p in (self.lanes + 1, 2 * self.lanes, math.inf)}
+        device_busy, by_lane = self.device.busy(None if finished else now)
+        bottleneck_phase, bottleneck = "", ""
+        if caps_now:
+            i = min(caps_now, key=caps_now.__getitem__)
+            if cpu_cap < caps_now[i]:
+                bottleneck_phase = "cpu"
+                bottleneck = (f"bottleneck: CPU ({cores:g} cores busy with host and stage work); device busy "
+                              f"{device_busy:.0%}: add cores, or cheaper loading/decoding")
+            else:
+                bottleneck_phase = _PHASE_NAMES[i]
+                first = threads.get(min(threads)) if threads else None
+                ht = first[_HOST[i]] if first is not None and i in _HOST else (
+                    HostThreads(1, 1, "pinned") if i in _HOST else None)
+                bottleneck = describe_bottleneck(bottleneck_phase, float(means[i]) * 1e3, ht, device_busy, cores,
+                                                 self.stall_s.get("memory", 0.0) > 0)
         return Figures(
             elapsed_s=elapsed, tasks_done=done, tasks_failed=failed, batches=self.batches,
             throughput_tasks_s=done / elapsed, throughput_bytes_s=self.nbytes / elapsed,
@@ -166,4 +250,94 @@ class MetricsAccumulator:
             overlap_efficiency=steady / bound if bound > 0 else 0.0,
             occupancy=occupancy, stall_s=dict(self.stall_s), divergence=divergence,
             max_divergence=max_divergence, serial_fraction=s, amdahl=amdahl,
+            device_busy=device_busy, device_busy_by_lane=by_lane,
+            cpu_phase_s={name: float(cpu_means[i]) for i, name in enumerate(_PHASE_NAMES)},
+            bottleneck_phase=bottleneck_phase, bottleneck=bottleneck,
         )
+
+    def _bound(self, threads: LaneThreads, cores: float) -> tuple[float, dict[int, float], float]:
+        """The bound (tasks/s), each phase's capacity with its threads now (tasks/s, all lanes),
+        and the cores' capacity, over the steady window; zeros before it has a batch."""
+        bound = 0.0
+        caps_now = dict.fromkeys(range(len(RUN_PHASES)), 0.0)
+        for lane, tasks in self.w_tasks.items():
+            busy, union = self.w_busy[lane], self.w_union[lane]
+            ht = threads.get(lane)
+            most = math.inf
+            for i in range(len(RUN_PHASES)):
+                if busy[i] <= 0:
+                    caps_now[i] = math.inf
+                    continue
+                per_thread = tasks / busy[i]
+                h = ht[_HOST[i]] if i in _HOST and ht is not None else None
+                now_k = h.now if h is not None else 1
+                caps_now[i] += now_k * per_thread
+                # A phase that may get threads could do ``cap`` x its work per thread; one that may
+                # not (a device stream, a host phase held or pinned) no more than its tasks over
+                # the time it had a job running (<= the window: the bound is never below the rate).
+                most = min(most, h.cap * per_thread if h is not None and h.why == "tuned" else tasks / union[i])
+            bound += most if math.isfinite(most) else 0.0
+        cpu = float(self.w_cpu.sum())
+        cpu_cap = cores * sum(self.w_tasks.values()) / cpu if cpu > 0 else math.inf
+        if not self.w_tasks:
+            return 0.0, {}, cpu_cap
+        return min(bound, cpu_cap), {i: c for i, c in caps_now.items() if math.isfinite(c)}, cpu_cap
+
+
+class _DeviceBusy:
+    """The compute phase's busy time, per lane and as the union over lanes.
+
+    A lane's compute intervals arrive in order and never overlap; across lanes they interleave.
+    An interval that starts before every lane's latest start can meet no later one, so it is
+    merged for good; the few after that wait, sorted, for the next reading."""
+
+    def __init__(self) -> None:
+        self.lane_busy: dict[int, float] = {}
+        self.lane_first: dict[int, float] = {}
+        self.lane_last_start: dict[int, float] = {}
+        self.last_end = 0.0
+        self.first = 0.0
+        self._pending: list[tuple[float, float]] = []
+        self._merged = 0.0
+        self._merged_end = 0.0
+
+    def add(self, lane: int, t0: float, t1: float) -> None:
+        t1 = max(t0, t1)
+        self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + (t1 - t0)
+        self.lane_first.setdefault(lane, t0)
+        self.lane_last_start[lane] = t0
+        self.first = t0 if not self.first else min(self.first, t0)
+        self.last_end = max(self.last_end, t1)
+        self._pending.append((t0, t1))
+        if len(self._pending) > _MERGE_EVERY:
+            self._merge(min(self.lane_last_start.values()))
+
+    def _merge(self, horizon: float) -> None:
+        self._pending.sort()
+        keep = []
+        for t0, t1 in self._pending:
+            if t0 >= horizon:
+                keep.append((t0, t1))
+                continue
+            start = max(t0, self._merged_end)
+            if t1 > start:
+                self._merged += t1 - start
+            self._merged_end = max(self._merged_end, t1)
+        self._pending = keep
+
+    def busy(self, now: float | None) -> tuple[float, dict[str, float]]:
+        """Device busy over all lanes and per lane, up to ``now`` (None: up to the last compute)."""
+        if not self.first:
+            return 0.0, {}
+        end = self.last_end if now is None else max(now, self.last_end)
+        self._merge(min(self.lane_last_start.values()))
+        union = self._merged
+        tail_end = self._merged_end
+        for t0, t1 in self._pending:  # not merged for good: counted for this reading only
+            start = max(t0, tail_end)
+            if t1 > start:
+                union += t1 - start
+            tail_end = max(tail_end, t1)
+        by_lane = {str(lane): min(1.0, b / max(1e-9, end - self.lane_first[lane]))
+                   for lane, b in sorted(self.lane_busy.items())}
+        return min(1.0, union / max(1e-9, end - self.first)), by_lane

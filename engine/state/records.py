@@ -59,7 +59,8 @@ class BatchRecord:
     """What one batch did, for the timeline and every figure of merit.
 
     ``phases`` holds (start, end) per phase in RUN_PHASES order, on ``time.perf_counter``'s
-    clock; (0, 0) for a phase the batch never reached."""
+    clock; (0, 0) for a phase the batch never reached. ``cpu`` holds the CPU seconds each phase's
+    thread spent on it (empty when not measured: a remote lane's record)."""
 
     batch: int
     lane: int
@@ -70,6 +71,7 @@ class BatchRecord:
     phases: tuple[tuple[float, float], ...]
     ok: bool
     nbytes: int
+    cpu: tuple[float, ...] = ()
 
     def duration(self, phase: Phase) -> float:
         t0, t1 = self.phases[phase - 1]

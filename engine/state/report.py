@@ -9,7 +9,7 @@ front end ran the run.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -180,10 +180,26 @@ class RunReport(_Frozen):
     throughput_tasks_s: float
     throughput_bytes_s: float
     steady_tasks_s: float
+    device_busy: float = 0.0
+    """Share of wall time the compute phase ran, first compute to last, all lanes together."""
+    device_busy_by_lane: dict[str, float] = {}
+    bottleneck: str = ""
+    """The phase holding the device back and what to change, in one line."""
+    bottleneck_phase: str = ""
     bound_tasks_s: float
+    """What the pipeline could reach with its host phases parallel, within the machine's cores."""
     serial_bound_tasks_s: float
     overlap_efficiency: float
+    """Steady throughput over the bound (never above 1)."""
     mean_phase_s: dict[str, float]
+    cpu_phase_s: dict[str, float] = {}
+    """Mean CPU seconds per batch of each phase's thread."""
+    host_threads: dict[str, dict[str, int]] = {}
+    """Per lane: the fill and sink threads it ended with."""
+    phase_clocks: dict[str, str] = {}
+    """Which clock timed each phase (host perf_counter, or the device's own events)."""
+    tuning: list[str] = []
+    """The tuner's last decisions, oldest first."""
     occupancy: dict[str, dict[str, float]]
     stall_s: dict[str, float]
     divergence_max: int
@@ -239,6 +255,8 @@ class RunFacts:
     control: ControlPlane | None
     outage: Outage
     stopped_by: str
+    phase_clocks: dict[str, str] = field(default_factory=dict)
+    tuning: list[str] = field(default_factory=list)
 
 
 def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
@@ -275,6 +293,10 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
                             flagged=len(flagged)),
         throughput_tasks_s=f.throughput_tasks_s, throughput_bytes_s=f.throughput_bytes_s,
         steady_tasks_s=f.steady_tasks_s, bound_tasks_s=f.bound_tasks_s,
+        device_busy=f.device_busy, device_busy_by_lane=dict(f.device_busy_by_lane), bottleneck=f.bottleneck,
+        bottleneck_phase=f.bottleneck_phase, cpu_phase_s=dict(f.cpu_phase_s),
+        host_threads={str(ln.id): {"fill": ln.fill_workers, "sink": ln.sink_workers} for ln in snap.lanes},
+        phase_clocks=facts.phase_clocks, tuning=facts.tuning,
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,

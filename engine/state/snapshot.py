@@ -192,6 +192,9 @@ class LaneView:
     batches_done: int
     nbytes: int
     slots: tuple[SlotView, ...]
+    #: Threads loading inputs and writing outputs (engine/run/autotune.py tunes them).
+    fill_workers: int = 1
+    sink_workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)

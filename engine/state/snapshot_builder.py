@@ -88,7 +88,9 @@ class SnapshotBuilder:
         feeder = FeederView(s.feeder.state if status == "running" else status,
                             len(s.ready), s.feeder.low, s.feeder.high, n, s.feeder.exhausted,
                             s.auto_depth, len(s.tuner.decisions))
-        figures = s.metrics.figures(now, t0, counts.done, counts.failed, s.ready.divergence, s.ready.max_divergence)
+        figures = s.metrics.figures(now, t0, counts.done, counts.failed, s.ready.divergence, s.ready.max_divergence,
+                                    s.tuner.threads(s.lanes), s.tuner.machine_cores,
+                                    finished=status not in ("starting", "running"))
         plane = self._control()
         control: ControlView | None = plane.view() if plane is not None else None
         backend = self._backend

@@ -1,5 +1,8 @@
 """kill -9 at 20 seeded random moments, resume after each: nothing lost, nothing written twice.
 
+Run twice: with one loading and one writing thread per lane, and with three of each (issue 16:
+parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones).
+
 A real ``warpdeck run --headless`` subprocess on a real npy sink and journal; each kill is a
 SIGKILL, at a moment chosen by output count (mid-run) or by time since launch (often during
 start-up, before or while the journal opens). At the end the run is resumed to completion and
@@ -44,7 +47,9 @@ kind = "npy_dir"
 path = "{out}"
 [[stages]]
 fn = "wd_stages:slow_double"
-"""
+{host}"""
+
+HOSTS = {"one thread": "", "parallel": "[host]\nfill_workers = 3\nsink_workers = 3\n"}
 
 
 def _launch(spec: Path, run_dir: Path, report: Path | None = None) -> subprocess.Popen[bytes]:
@@ -59,12 +64,12 @@ def _outputs(out: Path) -> list[str]:
     return [p.name for p in out.iterdir() if not p.name.startswith(".")]
 
 
-def _spec(tmp: Path, name: str) -> tuple[Path, Path, Path]:
+def _spec(tmp: Path, name: str, host: str = "") -> tuple[Path, Path, Path]:
     run_dir = tmp / name
     out = run_dir / "outputs"
     out.mkdir(parents=True)
     spec = tmp / f"{name}.toml"
-    spec.write_text(SPEC.format(n=N, out=out))
+    spec.write_text(SPEC.format(n=N, out=out, host=host))
     return spec, run_dir, out
 
 
@@ -102,12 +107,14 @@ def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch) -
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts renames with Linux inotify")
-def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", list(HOSTS))
+def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_once(tmp_path: Path,
+                                                                                   threads: str) -> None:
     t_start = time.perf_counter()
     ref_spec, ref_dir, ref_out = _spec(tmp_path, "reference")
     ref = _launch(ref_spec, ref_dir)
 
-    spec, run_dir, out = _spec(tmp_path, "crashed")
+    spec, run_dir, out = _spec(tmp_path, "crashed", HOSTS[threads])
     watch = RenameWatch(out)
     try:
         landed, moments = _kill_repeatedly(spec, run_dir, out, watch)
@@ -142,5 +149,7 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
     report = json.loads((tmp_path / "final.json").read_text())
     assert report["counts"]["skipped_done"] + report["counts"]["done"] == N
     assert report["resume"]["resumed"] is True
+    if HOSTS[threads]:
+        assert report["host_threads"] == {"0": {"fill": 3, "sink": 3}, "1": {"fill": 3, "sink": 3}}
     print(f"crash test: {KILLS} kills ({', '.join(moments)}); {done_before_final} outputs before the final run;"
           f" {elapsed:.1f} s in all")

@@ -11,8 +11,9 @@ import pytest
 
 from warpdeck.engine.edges.config import SyntheticSource
 from warpdeck.engine.edges.sources import IterableSource, SyntheticSourceImpl
+from warpdeck.engine.run.autotune import DepthTuner
 from warpdeck.engine.run.batching import ReadyQueue
-from warpdeck.engine.run.feeder import DepthTuner, Feeder, FeederState
+from warpdeck.engine.run.feeder import Feeder, FeederState
 from warpdeck.engine.state.tasks import State, TaskTable
 
 BATCH = 4

@@ -29,8 +29,11 @@ __all__ = ["GLOSSARY", "HelpScreen", "glyph_table", "help_table", "verb_table"]
 GLOSSARY: tuple[tuple[str, str], ...] = (
     ("tasks/s", "tasks finished per second, recent (avg: over the whole run, once it is over)"),
     ("p50 p99", "task latency, admission to done: the median and the 99th percentile"),
-    ("overlap", "throughput over the bound: 1.00 means the phases overlap perfectly"),
-    ("bound", "the rate the slowest phase allows when the others run beside it"),
+    ("device busy", "share of wall time the compute phase runs: the headline (is the device kept busy?)"),
+    ("bottleneck", "the phase holding the device back, its ms per batch and threads, and what to change"),
+    ("overlap", "throughput over the bound: 1.00 means nothing more to gain from overlap or threads"),
+    ("bound", "the rate the slowest phase allows with the others beside it and host phases on every "
+              "thread they may have, within the machine's cores"),
     ("more lanes", "Amdahl: the most extra lanes could speed the run up (×), from its serial part"),
     ("occupancy", "share of wall time each phase is busy, averaged over lanes"),
     ("lane-wait", "seconds lanes spent waiting, by stall reason"),

@@ -98,6 +98,10 @@ class FiguresStrip(Widget):
             rate.append(f"{f.recent_tasks_s:,.0f} tasks/s", "bold")
             # The bytes of the same tasks, not the run's average: a paused run moves no bytes.
             rate.append(f" ({_bytes(f.recent_tasks_s * per_task)}/s)")
+        busy = Text("│ device busy ")
+        busy.append(f"{f.device_busy:.0%}", "bold")
+        if f.bottleneck_phase and f.bottleneck_phase != "compute":
+            busy.append(f" · {f.bottleneck_phase}-bound")
         overlap = Text("│ overlap ")
         overlap.append(f"{f.overlap_efficiency:.2f}", "bold")
         overlap.append(f" of bound {f.bound_tasks_s:,.0f}/s")
@@ -107,6 +111,7 @@ class FiguresStrip(Widget):
         else:
             lanes = Text("│ more lanes: — (no batch done yet)")
         return [_part(Text(sparkline(list(self._rates), 24), "bold"), 3), _part(rate, 0),
+                _part(busy, 1),
                 _part(Text(f"p50 {_ms(f.latency_p50_s)} p99 {_ms(f.latency_p99_s)}"), 2, _TIMELINE),
                 _part(overlap, 4, _TIMELINE), _part(lanes, 5, _TIMELINE)]
 

@@ -151,8 +151,13 @@ class LaneTimeline(Widget):
         cov = coverage(snap, len(snap.lanes), start, end, cells)
         f = snap.figures
         head, idle = self._style("lane-timeline--head"), self._style("lane-timeline--idle")
+        if f.bottleneck:
+            said = f.bottleneck.split("; ")
+            lines.append(_fit([([Segment(part + (";" if i < len(said) - 1 else ""), head if i == 0 else base)], i)
+                               for i, part in enumerate(said)], width, base))
         lines.append(_fit([
-            ([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", head)], 0),
+            ([Segment(f"device busy {f.device_busy:.0%}", head)], 0),
+            ([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", base)], 0),
             ([Segment(f"bound {f.bound_tasks_s:,.0f} tasks/s", base)], 1),
             ([Segment(f"steady {f.steady_tasks_s:,.0f} tasks/s", base)], 2),
             ([Segment(f"no overlap {f.serial_bound_tasks_s:,.0f} tasks/s", base)], 3)], width, base))
@@ -170,6 +175,7 @@ class LaneTimeline(Widget):
             occ = f.occupancy.get(lane.id, {})
             lines.append(_fit([([Segment(f"lane {lane.id}", head)], 0), ([Segment(lane.status, base)], 0),
                                ([Segment(f"depth {lane.depth}", base)], 1),
+                               ([Segment(f"fill ×{lane.fill_workers} sink ×{lane.sink_workers}", base)], 1),
                                ([Segment(f"{lane.batches_done:,} batches", base)], 2)], width, base))
             for p, phase in enumerate(PHASES):
                 style = self._style(f"lane-timeline--{phase}")

@@ -1,0 +1,276 @@
+"""The autotuner: each lane's fill and sink threads and its slot depth, set from what the device waits for.
+
+The decisions this module protects:
+- The goal is the device's busy time. Each window of a lane's batches, the tuner measures how
+  long compute sat idle; below ``idle_threshold`` it changes nothing.
+- When the device idles, the slowest phase per thread (a host phase's mean time over its threads)
+  is the one to help. A host phase gets one more thread, if the CPU budget allows it: a thread of
+  a phase that burns CPU (decoding) costs a core, one that waits (I/O, sleep) costs almost none,
+  measured as the phase's CPU time over its wall time. The ring then grows so every thread has a
+  slot (depth >= threads + 2), within the memory budget. A device phase, or a host phase at its
+  cap, is helped by depth alone: jitter, absorbed by a deeper ring (``DepthTuner``).
+- A count the spec pins is never changed; nothing shrinks (a run's phases rarely get faster, and
+  a thread too many only waits).
+- Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
+  the tests drive it with a model of a pipeline and a controlled clock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from warpdeck.engine.run.lane_protocols import LaneLike
+from warpdeck.engine.state.bottleneck import HostThreads, ThreadCap
+from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.tasks import RUN_PHASES, Phase
+
+__all__ = ["Autotuner", "DepthTuner", "LaneSettings", "TunerDecision", "Window", "default_cores", "measure_window"]
+
+_COMPUTE = Phase.COMPUTE - 1
+_HOST = (Phase.FILL, Phase.SINK)
+
+
+def default_cores() -> float:
+    """Cores this process may run on."""
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return float(os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TunerDecision:
+    """One decision of the tuner and the figure it was made from (``idle_fraction``: the device's
+    idle share for a thread, the bottleneck's for depth)."""
+
+    lane: int
+    depth: int
+    idle_fraction: float
+    reason: str
+
+
+class DepthTuner:
+    """Grows a lane's ring while its bottleneck phase idles, within a memory budget.
+
+    Each window of ``window`` batches, the lane reports the bottleneck phase's busy time and
+    the span it covered; idle = 1 - busy/span. Idle above ``idle_threshold`` with every phase's
+    mean below the bottleneck's means jitter, not a slower phase, so a deeper ring helps; grow
+    by one slot per 5 % idle, then watch another window. Never above ``max_depth`` or the budget.
+    """
+
+    def __init__(self, max_depth: int, budget_bytes: int, idle_threshold: float = 0.02, window: int = 8) -> None:
+        self.max_depth = max_depth
+        self.budget_bytes = budget_bytes
+        self.idle_threshold = idle_threshold
+        self.window = window
+        self.decisions: list[TunerDecision] = []
+
+    def decide(self, lane: int, depth: int, idle_fraction: float, slot_bytes: int, used_bytes: int) -> int:
+        """The depth to use next given one window's measurements."""
+        if idle_fraction <= self.idle_threshold or depth >= self.max_depth:
+            return depth
+        if used_bytes + slot_bytes > self.budget_bytes:
+            if not self.decisions or self.decisions[-1].reason != "budget":
+                self.decisions.append(TunerDecision(lane, depth, idle_fraction, "budget"))
+            return depth
+        # Grow in proportion to the idle share (one slot per 5 % idle), so a heavy-tailed phase
+        # reaches a useful depth within a few windows instead of one slot per window.
+        step = max(1, int(idle_fraction / 0.05))
+        new = min(self.max_depth, depth + step)
+        while new > depth + 1 and used_bytes + (new - depth) * slot_bytes > self.budget_bytes:
+            new -= 1
+        self.decisions.append(TunerDecision(lane, new, idle_fraction, "bottleneck idle"))
+        return new
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One lane's window of batches, measured: per phase (RUN_PHASES order) the mean wall and CPU
+    seconds per batch and the busy span; the compute phase's idle share."""
+
+    mean_s: tuple[float, ...]
+    cpu_s: tuple[float, ...]
+    busy_s: tuple[float, ...]
+    span_s: tuple[float, ...]
+
+    @property
+    def device_idle(self) -> float:
+        """Share of the window's compute span the compute phase did not run."""
+        span = self.span_s[_COMPUTE]
+        return max(0.0, 1.0 - self.busy_s[_COMPUTE] / span) if span > 0 else 0.0
+
+    def cpu_share(self, phase: Phase) -> float:
+        """Cores one thread of ``phase`` keeps busy while it runs (CPU time over wall time, 0..1)."""
+        wall = self.mean_s[phase - 1]
+        return min(1.0, self.cpu_s[phase - 1] / wall) if wall > 0 else 0.0
+
+
+def measure_window(records: list[BatchRecord]) -> Window:
+    """The ``Window`` of a lane's successful batch records."""
+    spans = np.array([r.phases for r in records], dtype=float).reshape(len(records), len(RUN_PHASES), 2)
+    ran = spans[:, :, 0] > 0
+    dur = np.where(ran, np.maximum(0.0, spans[:, :, 1] - spans[:, :, 0]), 0.0)
+    n = np.maximum(1, ran.sum(axis=0))
+    cpu = np.array([r.cpu or (0.0,) * len(RUN_PHASES) for r in records], dtype=float)
+    starts = np.where(ran, spans[:, :, 0], np.inf).min(axis=0)
+    ends = np.where(ran, spans[:, :, 1], -np.inf).max(axis=0)
+    span = np.where(np.isfinite(starts) & np.isfinite(ends), ends - starts, 0.0)
+    return Window(tuple((dur.sum(axis=0) / n).tolist()), tuple((cpu.sum(axis=0) / n).tolist()),
+                  tuple(dur.sum(axis=0).tolist()), tuple(np.maximum(0.0, span).tolist()))
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSettings:
+    """What the tuner sets on one lane."""
+
+    depth: int
+    fill: int
+    sink: int
+
+    def workers(self, phase: Phase) -> int:
+        return self.fill if phase is Phase.FILL else self.sink
+
+
+@dataclass(slots=True)
+class Autotuner:
+    """Every lane's host threads and depth, within ``max_workers`` per phase, ``cpu_cores`` for
+    the run and the depth tuner's memory budget. ``pinned`` holds the phases the spec fixed."""
+
+    depth: DepthTuner
+    max_workers: int
+    cpu_cores: float
+    pinned: frozenset[Phase] = frozenset()
+    #: Cores each lane's host threads keep busy, as last measured (the CPU budget is shared).
+    cores_by_lane: dict[int, float] = field(default_factory=dict)
+    #: A thread just added, per lane: (phase, the phase's batches/s before it), judged next window.
+    trial: dict[int, tuple[Phase, float]] = field(default_factory=dict)
+    #: (lane, phase) that a thread did not speed up: CPU- or GIL-bound, never grown again.
+    saturated: set[tuple[int, Phase]] = field(default_factory=set)
+    #: The most threads a (lane, phase) has had: a thread taken back still did work in the window.
+    peak: dict[tuple[int, Phase], int] = field(default_factory=dict)
+    #: Why a (lane, phase) got no thread the last time it asked for one.
+    held: dict[tuple[int, Phase], ThreadCap] = field(default_factory=dict)
+    #: Cores the machine lets this process use (the bound counts these; the budget may be less).
+    machine_cores: float = field(default_factory=default_cores)
+
+    def threads(self, lanes: Sequence[LaneLike]) -> dict[int, tuple[HostThreads, HostThreads]]:
+        """Each lane's fill and sink threads: how many now, how many it may reach, why not more."""
+        return {lane.id: (self._threads(lane, Phase.FILL), self._threads(lane, Phase.SINK)) for lane in lanes}
+
+    def _threads(self, lane: LaneLike, phase: Phase) -> HostThreads:
+        now = lane.workers(phase)
+        peak = max(now, self.peak.get((lane.id, phase), 0))
+        if phase in self.pinned:
+            return HostThreads(now, peak, "pinned")
+        if (lane.id, phase) in self.saturated:
+            return HostThreads(now, peak, "saturated")
+        why = self.held.get((lane.id, phase))
+        if why is not None:
+            return HostThreads(now, peak, why)
+        return HostThreads(now, max(peak, self.max_workers), "tuned")
+
+    @property
+    def window(self) -> int:
+        return self.depth.window
+
+    @property
+    def decisions(self) -> list[TunerDecision]:
+        return self.depth.decisions
+
+    def cores_used(self) -> float:
+        """Cores every lane's threads keep busy, as last measured."""
+        return sum(self.cores_by_lane.values())
+
+    def decide(self, lane: int, now: LaneSettings, w: Window, slot_bytes: int, used_bytes: int,
+               tune_depth: bool = True) -> LaneSettings:
+        """The settings for ``lane``'s next window, from one window's measurements; with
+        ``tune_depth`` off (an operator set the depth) the depth stays and threads fit in it."""
+        self.cores_by_lane[lane] = self._lane_cores(now, w)
+        judged = self._judge_trial(lane, now, w)
+        if judged is not None:
+            return judged
+        per_thread = [w.mean_s[i] / (now.workers(p) if p in _HOST else 1) for i, p in enumerate(RUN_PHASES)]
+        worst = RUN_PHASES[int(np.argmax(per_thread))]
+        idle = w.device_idle
+        if (idle > self.depth.idle_threshold and worst in _HOST and worst not in self.pinned
+                and (lane, worst) not in self.saturated):
+            grown = self._add_thread(lane, now, worst, w, idle, slot_bytes, used_bytes, tune_depth)
+            if grown is not None:
+                return grown
+        if not tune_depth:
+            return now
+        # The bottleneck's own idle share: a phase on n threads is busy n x its span at most.
+        i = worst - 1
+        span = w.span_s[i] * (now.workers(worst) if worst in _HOST else 1)
+        b_idle = max(0.0, 1.0 - w.busy_s[i] / span) if span > 0 else 0.0
+        return LaneSettings(self.depth.decide(lane, now.depth, b_idle, slot_bytes, used_bytes), now.fill, now.sink)
+
+    def _judge_trial(self, lane: int, now: LaneSettings, w: Window) -> LaneSettings | None:
+        """After a thread was added: keep it if the phase got at least 10 % faster (batches/s over
+        its threads), else take it back and grow that phase no more. Threads of a phase bound by
+        the CPU or by Python's GIL wait for each other, and CPU time alone does not show it."""
+        trial = self.trial.pop(lane, None)
+        if trial is None:
+            return None
+        phase, before = trial
+        have = now.workers(phase)
+        mean = w.mean_s[phase - 1]
+        after = have / mean if mean > 0 else 0.0
+        if after >= 1.1 * before:
+            return None
+        self.saturated.add((lane, phase))
+        self.held.pop((lane, phase), None)
+        name = phase.name.lower()
+        self.decisions.append(TunerDecision(
+            lane, now.depth, w.device_idle,
+            f"{name} back to {have - 1} threads: thread {have} did not help ({before:.3g} -> {after:.3g} "
+            "batches/s; CPU- or GIL-bound)"))
+        return LaneSettings(now.depth, now.fill - (phase is Phase.FILL), now.sink - (phase is Phase.SINK))
+
+    def _lane_cores(self, s: LaneSettings, w: Window) -> float:
+        """Cores the lane keeps busy: its host threads as if always running (the budget's worst
+        case), its device phases' threads as measured (on NumPy compute burns a core)."""
+        host = sum(s.workers(p) * w.cpu_share(p) for p in _HOST)
+        dev = sum(w.cpu_share(p) * min(1.0, w.busy_s[p - 1] / w.span_s[p - 1])
+                  for p in RUN_PHASES if p not in _HOST and w.span_s[p - 1] > 0)
+        return host + dev
+
+    def _add_thread(self, lane: int, now: LaneSettings, phase: Phase, w: Window, idle: float,
+                    slot_bytes: int, used_bytes: int, tune_depth: bool) -> LaneSettings | None:
+        name = phase.name.lower()
+        have = now.workers(phase)
+        key = (lane, phase)
+        if have >= self.max_workers:
+            self._hold(key, "max", now.depth, idle, f"{name} at max_workers ({self.max_workers})")
+            return None
+        share = w.cpu_share(phase)
+        if have >= 1 and self.cores_used() + share > self.cpu_cores + 1e-9:
+            self._hold(key, "cpu", now.depth, idle, f"{name} at the CPU budget ({self.cpu_cores:g} cores)")
+            return None
+        depth = max(now.depth, have + 1 + 2)
+        if depth > now.depth and not tune_depth:
+            why = f"{name}: depth {now.depth} set by hand leaves no slot for a thread"
+            self._hold(key, "depth", now.depth, idle, why)
+            return None
+        if depth > self.depth.max_depth or used_bytes + (depth - now.depth) * slot_bytes > self.depth.budget_bytes:
+            self._hold(key, "memory", now.depth, idle, f"{name}: no memory for another slot")
+            return None
+        self.held.pop(key, None)
+        self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share
+        mean = w.mean_s[phase - 1]
+        self.trial[lane] = (phase, have / mean if mean > 0 else 0.0)
+        self.peak[key] = max(self.peak.get(key, 0), have + 1)
+        mean_ms = w.mean_s[phase - 1] * 1e3
+        self.decisions.append(TunerDecision(
+            lane, depth, idle, f"{name} {have + 1} threads ({mean_ms:.3g} ms/batch, {share:.0%} CPU)"))
+        return LaneSettings(depth, now.fill + (phase is Phase.FILL), now.sink + (phase is Phase.SINK))
+
+    def _hold(self, key: tuple[int, Phase], why: ThreadCap, depth: int, idle: float, reason: str) -> None:
+        """No thread for ``key`` this window, because of ``why`` (said once per reason)."""
+        self.held[key] = why
+        if not self.decisions or self.decisions[-1].reason != reason:
+            self.decisions.append(TunerDecision(key[0], depth, idle, reason))

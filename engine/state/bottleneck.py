@@ -1,0 +1,64 @@
+"""The bottleneck, named: which phase holds the device back, and what to change.
+
+The decisions this module protects:
+- The question a user asks is "is my device busy, and if not, why, and what do I change?". The
+  answer names one phase, its time per batch and its threads, the device's busy share, and one
+  action that fits why the phase cannot go faster: the tuner is still adding threads; the phase
+  is at its thread cap, the CPU budget or does not speed up with threads (CPU- or GIL-bound);
+  the count is pinned in the spec; or the device itself is the bound.
+- How many threads a host phase could have (``HostThreads``) is the tuner's knowledge; the
+  figures only read it, so this module imports nothing of the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["HostThreads", "ThreadCap", "describe_bottleneck"]
+
+#: Why a host phase has no more threads: still tuned (``tuned``), pinned by the spec, at the
+#: tuner's ``max_workers``, at the CPU budget, shown not to speed up with threads (``saturated``),
+#: out of memory for the slot another thread needs, or held by a depth an operator set.
+ThreadCap = Literal["tuned", "pinned", "max", "cpu", "saturated", "memory", "depth"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostThreads:
+    """One host phase of one lane: its threads now, the most it may reach (never below the most
+    it has had: the bound counts the work those did), and why not more."""
+
+    now: int
+    cap: int
+    why: ThreadCap = "tuned"
+
+
+_ADVICE: dict[ThreadCap, str] = {
+    "tuned": "the tuner is adding {phase} threads",
+    "pinned": "{phase} threads pinned at {now} in the spec ([host] {phase}_workers): raise or remove it",
+    "max": "{phase} at max_workers ({now}): raise [host] max_workers",
+    "cpu": "{phase} parallelism at its cap ({cores:g} cores): add cores or a faster {phase}",
+    "saturated": "{phase} does not speed up with threads (CPU- or GIL-bound): a faster {phase}, "
+                 "or fewer, larger writes/reads",
+    "memory": "no memory for the slot another {phase} thread needs: raise [feeder] memory_budget_mb",
+    "depth": "the depth set by hand leaves no slot for another {phase} thread: raise it (+)",
+}
+
+
+def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | None, device_busy: float,
+                        cores: float, memory_stall: bool = False) -> str:
+    """One line: the bottleneck, the device's busy share and what to do. ``threads`` is None for a
+    device phase (h2d, compute, d2h: one ordered stream each)."""
+    busy = f"device busy {device_busy:.0%}"
+    if phase == "compute":
+        return (f"bottleneck: compute {ms_per_batch:.3g} ms/batch; {busy}: the device is the bound "
+                "(a faster stage or another device)")
+    if threads is None:
+        return (f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch; {busy}: copies are the bound "
+                "(larger batches, or pinned memory on a GPU)")
+    n = threads.now
+    head = f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch on {n} thread{'s' if n != 1 else ''}; {busy}"
+    advice = _ADVICE[threads.why].format(phase=phase, now=n, cores=cores)
+    if memory_stall and threads.why == "tuned":
+        advice += " (the device waits for inputs meanwhile)"
+    return f"{head}; {advice}"

@@ -1,0 +1,139 @@
+"""The autotuner (engine/run/autotune.py) against a model of a lane, on a controlled clock.
+
+Each window the model says what a lane with the tuner's settings would measure: a host phase on
+w threads delivers w / (its time per batch) batches/s (or less, when CPU- or GIL-bound); compute
+runs as often as the slowest host phase lets it. The tuner must converge, stay there, and never
+pass its thread cap, its CPU budget or its memory budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from warpdeck.engine.run.autotune import Autotuner, DepthTuner, LaneSettings, Window
+from warpdeck.engine.state.tasks import Phase
+
+MB = 1 << 20
+N = 16  # batches per window
+
+
+@dataclass
+class Model:
+    fill_s: float
+    compute_s: float
+    sink_s: float = 0.001
+    fill_cpu: float = 0.02  # share of a core one loading thread burns while it runs
+    gil_threads: int | None = None  # beyond this many threads, loading gets no faster
+
+    def fill_rate(self, w: int) -> float:
+        useful = w if self.gil_threads is None else min(w, self.gil_threads)
+        return useful / self.fill_s
+
+    def window(self, s: LaneSettings) -> Window:
+        """What the lane measures over N batches with settings ``s`` (a controlled clock: no sleep)."""
+        rate = min(self.fill_rate(s.fill), 1 / self.compute_s, s.sink / self.sink_s)
+        span = N / rate
+        # A GIL-bound phase's threads wait for each other: each batch takes longer per thread.
+        fill_mean = s.fill / self.fill_rate(s.fill)
+        means = (fill_mean, 0.0005, self.compute_s, 0.0005, self.sink_s)
+        cpu = (self.fill_cpu * self.fill_s, 0.0, 0.0, 0.0, 0.0)
+        busy = tuple(m * N for m in means)
+        spans = (span, span, span, span, span)
+        return Window(means, cpu, busy, spans)
+
+
+def _tune(model: Model, tuner: Autotuner, slot_bytes: int = MB, windows: int = 40) -> list[LaneSettings]:
+    now = LaneSettings(2, 1, 1)
+    seen = [now]
+    for _ in range(windows):
+        used = now.depth * slot_bytes
+        now = tuner.decide(0, now, model.window(now), slot_bytes, used)
+        seen.append(now)
+    return seen
+
+
+def _tuner(cores: float = 2.0, max_workers: int = 8, budget_mb: float = 1024, max_depth: int = 16) -> Autotuner:
+    return Autotuner(DepthTuner(max_depth, int(budget_mb * MB)), max_workers, cores)
+
+
+@pytest.mark.parametrize(("fill_s", "compute_s"), [(0.030, 0.010), (0.025, 0.010), (0.012, 0.010), (0.070, 0.010)])
+def test_waiting_loads_get_just_enough_threads_and_the_tuner_then_holds_still(fill_s: float, compute_s: float) -> None:
+    model = Model(fill_s, compute_s)
+    seen = _tune(model, _tuner())
+    final = seen[-1]
+    assert final.fill == math.ceil(fill_s / compute_s - 1e-9)
+    assert final.depth >= final.fill + 2
+    assert seen[-10:] == [final] * 10, "the tuner kept changing its mind"
+    w = model.window(final)
+    assert w.device_idle <= 0.02
+
+
+def test_a_cpu_bound_load_never_takes_more_cores_than_the_budget() -> None:
+    # Decoding burns a whole core per thread and needs 5 threads to keep up: 2 cores allow 2.
+    model = Model(0.050, 0.010, fill_cpu=1.0)
+    tuner = _tuner(cores=2.0)
+    seen = _tune(model, tuner)
+    assert max(s.fill for s in seen) == 2
+    assert tuner.cores_used() <= 2.0 + 1e-9
+    held = tuner.threads([_Lane(seen[-1])])[0][0]
+    assert held.why == "cpu" and held.cap == 2
+
+
+def test_threads_that_do_not_help_are_taken_back_and_not_tried_again() -> None:
+    # GIL-bound: a third thread adds nothing; the tuner tries it once, takes it back, stays at 2.
+    model = Model(0.040, 0.010, gil_threads=2)
+    tuner = _tuner()
+    seen = _tune(model, tuner)
+    assert seen[-1].fill == 2
+    assert max(s.fill for s in seen) == 3
+    assert sum(1 for a, b in itertools.pairwise(seen) if b.fill > a.fill) == 2
+    assert tuner.threads([_Lane(seen[-1])])[0][0].why == "saturated"
+    assert any("did not help" in d.reason for d in tuner.decisions)
+
+
+def test_the_memory_budget_caps_the_slots_threads_need() -> None:
+    # Each slot is 100 MB and the budget 500 MB: at most 5 slots, so at most 3 loading threads.
+    model = Model(0.080, 0.010)
+    tuner = _tuner(budget_mb=500)
+    seen = _tune(model, tuner, slot_bytes=100 * MB)
+    assert all(s.depth * 100 <= 500 for s in seen)
+    assert seen[-1].fill == 3
+    assert tuner.threads([_Lane(seen[-1])])[0][0].why == "memory"
+
+
+def test_max_workers_and_pins_are_respected() -> None:
+    seen = _tune(Model(0.200, 0.010), _tuner(max_workers=4))
+    assert max(s.fill for s in seen) == 4
+    pinned = Autotuner(DepthTuner(16, 1 << 40), 8, 2.0, pinned=frozenset({Phase.FILL}))
+    seen = _tune(Model(0.030, 0.010), pinned)
+    assert {s.fill for s in seen} == {1}
+
+
+def test_a_device_bound_lane_is_left_alone() -> None:
+    seen = _tune(Model(0.005, 0.010), _tuner())
+    assert seen[-1] == LaneSettings(2, 1, 1)
+
+
+def test_with_the_depth_set_by_hand_threads_fit_inside_it() -> None:
+    tuner = _tuner()
+    now = LaneSettings(4, 1, 1)
+    model = Model(0.050, 0.010)
+    for _ in range(20):
+        now = tuner.decide(0, now, model.window(now), MB, now.depth * MB, tune_depth=False)
+    assert now == LaneSettings(4, 2, 1)
+    assert tuner.threads([_Lane(now)])[0][0].why == "depth"
+
+
+@dataclass
+class _Lane:
+    """The two things ``Autotuner.threads`` reads of a lane."""
+
+    s: LaneSettings
+    id: int = 0
+
+    def workers(self, phase: Phase) -> int:
+        return self.s.workers(phase)
