@@ -39,6 +39,7 @@ from warpdeck.engine.run.engine import Engine
 from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
+from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.metrics import Figures
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
@@ -103,6 +104,7 @@ __all__ = [
     "FeederState",
     "FeederView",
     "Figures",
+    "HostThreads",
     "IterableSource",
     "JournalError",
     "LaneStatus",
@@ -143,6 +145,7 @@ __all__ = [
     "WorkerState",
     "WorkerView",
     "column_codes",
+    "describe_bottleneck",
     "load_secret",
     "load_spec",
     "parse_broker",

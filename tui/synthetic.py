@@ -46,6 +46,7 @@ from warpdeck.engine.api import (
     TaskView,
     WorkerState,
     WorkerView,
+    describe_bottleneck,
 )
 
 __all__ = ["SyntheticRun"]
@@ -266,6 +267,7 @@ class SyntheticRun:
             lane: {name: float(m / p) * (1 - 0.02 * lane) for name, m in zip(_PHASES, means, strict=True)}
             for lane in range(self.lanes)}
         batches = c.done // self.batch
+        busy = sum(occ["compute"] for occ in occupancy.values()) / self.lanes
         return Figures(
             elapsed_s=t, tasks_done=c.done, tasks_failed=c.failed, batches=batches,
             throughput_tasks_s=c.done / max(t, 1e-9), throughput_bytes_s=c.done * _TASK_BYTES / max(t, 1e-9),
@@ -276,6 +278,9 @@ class SyntheticRun:
             overlap_efficiency=steady / bound, occupancy=occupancy,
             stall_s={r.label: float(stall_s[r]) for r in StallReason if r},
             divergence=1, max_divergence=2, serial_fraction=serial, amdahl=amdahl,
+            device_busy=busy, device_busy_by_lane={str(lane): occ["compute"] for lane, occ in occupancy.items()},
+            bottleneck_phase="compute",
+            bottleneck=describe_bottleneck("compute", float(means[_PHASES.index("compute")]) * 1e3, None, busy, 2.0),
         )
 
     def _workers(self, t: float, c: Counts) -> tuple[WorkerView, ...]:

@@ -303,7 +303,8 @@ _CLOSED_POLL_S = 0.05
 
 
 def _wait_submitted(d: Marker, closed: threading.Event) -> BaseException | None:
-    while not cf.wait([d.future], timeout=_CLOSED_POLL_S).done:
+    # A dependency already done (the common case once a lane is busy) costs no waiter objects.
+    while not d.future.done() and not cf.wait([d.future], timeout=_CLOSED_POLL_S).done:
         if closed.is_set():
             raise StreamsClosed(f"streams closed while waiting for {d.phase.name.lower()}")
     if d.future.cancelled():

@@ -3,14 +3,17 @@
 The decisions this module protects:
 - The goal is the device's busy time. Each window of a lane's batches, the tuner measures how
   long compute sat idle; below ``idle_threshold`` it changes nothing.
-- When the device idles, the slowest phase per thread (a host phase's mean time over its threads)
-  is the one to help. A host phase gets one more thread, if the CPU budget allows it: a thread of
-  a phase that burns CPU (decoding) costs a core, one that waits (I/O, sleep) costs almost none,
-  measured as the phase's CPU time over its wall time. The ring then grows so every thread has a
-  slot (depth >= threads + 2), within the memory budget. A device phase, or a host phase at its
-  cap, is helped by depth alone: jitter, absorbed by a deeper ring (``DepthTuner``).
-- A count the spec pins is never changed; nothing shrinks (a run's phases rarely get faster, and
-  a thread too many only waits).
+- When the device idles, the host phase slowest per thread (its mean time over its threads) gets
+  one more thread if one batch of it takes at least half of compute's time (a heavy-tailed load
+  whose mean equals compute's needs a second thread to get ahead; a short one leaves only jitter,
+  which a deeper ring absorbs: ``DepthTuner``), and if the CPU budget allows it: a thread of a
+  phase that burns CPU (decoding) costs a core, one that waits (I/O, sleep) almost none, measured
+  as the phase's CPU time over its wall time. The ring grows so every thread has a slot (depth >=
+  threads + 2), within the memory budget.
+- A thread is on trial for one window: kept if the phase got at least 10 % faster, else taken
+  back and that phase grown no more (threads of a CPU- or GIL-bound phase wait for each other,
+  and their CPU time alone looks like waiting). A count the spec pins is never changed; nothing
+  else shrinks (a thread too many only waits).
 - Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
   the tests drive it with a model of a pipeline and a controlled clock.
 """
@@ -32,6 +35,8 @@ __all__ = ["Autotuner", "DepthTuner", "LaneSettings", "TunerDecision", "Window",
 
 _COMPUTE = Phase.COMPUTE - 1
 _HOST = (Phase.FILL, Phase.SINK)
+#: A host phase gets a thread only if one batch of it takes at least this share of compute's time.
+_THREAD_WORTH = 0.5
 
 
 def default_cores() -> float:
@@ -196,11 +201,16 @@ class Autotuner:
         per_thread = [w.mean_s[i] / (now.workers(p) if p in _HOST else 1) for i, p in enumerate(RUN_PHASES)]
         worst = RUN_PHASES[int(np.argmax(per_thread))]
         idle = w.device_idle
-        if (idle > self.depth.idle_threshold and worst in _HOST and worst not in self.pinned
-                and (lane, worst) not in self.saturated):
-            grown = self._add_thread(lane, now, worst, w, idle, slot_bytes, used_bytes, tune_depth)
-            if grown is not None:
-                return grown
+        open_ = [p for p in _HOST if p not in self.pinned and (lane, p) not in self.saturated]
+        if idle > self.depth.idle_threshold and open_:
+            # The host phase slowest per thread; worth a thread only if it takes at least half as
+            # long as compute (a heavy tail's mean equals compute's: a second thread gets ahead of
+            # it, where depth alone cannot), else the device waits for jitter: depth.
+            host = max(open_, key=lambda p: per_thread[p - 1])
+            if per_thread[host - 1] >= _THREAD_WORTH * w.mean_s[_COMPUTE]:
+                grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
+                if grown is not None:
+                    return grown
         if not tune_depth:
             return now
         # The bottleneck's own idle share: a phase on n threads is busy n x its span at most.

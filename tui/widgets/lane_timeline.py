@@ -16,6 +16,7 @@ figures, least important first, and ends in ``…``, never in half a figure.
 
 from __future__ import annotations
 
+import textwrap
 from typing import ClassVar
 
 import numpy as np
@@ -151,10 +152,11 @@ class LaneTimeline(Widget):
         cov = coverage(snap, len(snap.lanes), start, end, cells)
         f = snap.figures
         head, idle = self._style("lane-timeline--head"), self._style("lane-timeline--idle")
-        if f.bottleneck:
-            said = f.bottleneck.split("; ")
-            lines.append(_fit([([Segment(part + (";" if i < len(said) - 1 else ""), head if i == 0 else base)], i)
-                               for i, part in enumerate(said)], width, base))
+        if f.bottleneck:  # the whole sentence, wrapped (two lines at most): it says what to change
+            wrapped = textwrap.wrap(f.bottleneck, max(20, width - 1))
+            for i, text in enumerate(wrapped[:2]):
+                cut = i == 1 and len(wrapped) > 2
+                lines.append([Segment(text[: max(0, width - 2)] + " …" if cut else text, head if i == 0 else base)])
         lines.append(_fit([
             ([Segment(f"device busy {f.device_busy:.0%}", head)], 0),
             ([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", base)], 0),
