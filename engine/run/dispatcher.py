@@ -38,6 +38,11 @@ __all__ = ["Dispatcher"]
 
 #: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
 _TUNE_MIN_RECORDS = 4
+#: A tuning window spans at least this long (small batches come every few hundred µs: a window of
+#: eight says nothing then, and measuring it every eight batches would cost the loop more than it).
+_TUNE_MIN_S = 0.1
+#: The most records one tuning window holds (its last ones).
+_TUNE_RECORDS = 256
 #: How often a lane of a convicted worker looks again for its re-birth (a new epoch).
 _REBIRTH_POLL_S = 0.25
 
@@ -56,7 +61,7 @@ class Dispatcher:
         self._on_convicted = on_convicted
         nl = len(state.lane_worker)
         self._stalls: dict[int, _Stall] = {}
-        self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=state.tuner.window) for i in range(nl)}
+        self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=_TUNE_RECORDS) for i in range(nl)}
         self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
         self._lane_wait: dict[int, tuple[float, StallReason]] = {}
         #: When the run started (``time.perf_counter``), and how long its first batch took.
@@ -217,9 +222,11 @@ class Dispatcher:
         recs = self._lane_records[record.lane]
         recs.append(record)
         self._since_tune[record.lane] += 1
-        if record.ok and self._since_tune[record.lane] >= s.tuner.window:
+        if (record.ok and self._since_tune[record.lane] >= s.tuner.window
+                and record.end - recs[0].start >= _TUNE_MIN_S):
             self._since_tune[record.lane] = 0
             self._tune(s.lanes[record.lane], recs)
+            recs.clear()  # the next window measures the lane as the tuner has just set it
         s.metrics.serial_s += time.perf_counter() - t0
 
     def _tune(self, lane: LaneLike, recs: deque[BatchRecord]) -> None:

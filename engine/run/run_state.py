@@ -84,5 +84,7 @@ class RunState:
 
     def live(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Those of ``rows`` still running (an operator may have cancelled some on the way)."""
+        if len(rows) == 1:  # a batch of one (engine overhead at batch 1)
+            return rows if self.table.state[rows[0]] == _RUNNING else rows[:0]
         out: npt.NDArray[np.int64] = rows[self.table.state[rows] == _RUNNING]
         return out
