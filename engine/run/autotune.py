@@ -4,14 +4,15 @@ The decisions this module protects:
 - The goal is the device's busy time. Each window of a lane's batches, the tuner measures how
   long compute sat idle; below ``idle_threshold`` it changes nothing.
 - When the device idles, the host phase slowest per thread (its mean time over its threads) gets
-  one more thread if one batch of it takes at least half of compute's time (a heavy-tailed load
+  threads, as many as would keep up with compute but at most twice as many as it has, if one batch
+  of it takes at least half of compute's time (a heavy-tailed load
   whose mean equals compute's needs a second thread to get ahead; a short one leaves only jitter,
   which a deeper ring absorbs: ``DepthTuner``), and if the CPU budget allows it: a thread of a
   phase that burns CPU (decoding) costs a core, one that waits (I/O, sleep) almost none, measured
   as the phase's CPU time over its wall time. The ring grows so every thread has a slot (depth >=
   threads + 2), within the memory budget.
-- A thread is on trial for one window: kept if the phase got at least 10 % faster, else taken
-  back and that phase grown no more (threads of a CPU- or GIL-bound phase wait for each other,
+- New threads are on trial for one window: kept if the phase got at least 10 % faster, else
+  taken back and that phase grown no more (threads of a CPU- or GIL-bound phase wait for each other,
   and their CPU time alone looks like waiting). A count the spec pins is never changed; nothing
   else shrinks (a thread too many only waits).
 - Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
@@ -20,6 +21,7 @@ The decisions this module protects:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ _COMPUTE = Phase.COMPUTE - 1
 _HOST = (Phase.FILL, Phase.SINK)
 #: A host phase gets a thread only if one batch of it takes at least this share of compute's time.
 _THREAD_WORTH = 0.5
+#: Threads on trial stay if the phase then gets through at least this much more per second.
+_TRIAL_GAIN = 1.1
 
 
 def default_cores() -> float:
@@ -114,6 +118,10 @@ class Window:
         return min(1.0, self.cpu_s[phase - 1] / wall) if wall > 0 else 0.0
 
 
+def _with(s: LaneSettings, phase: Phase, threads: int) -> LaneSettings:
+    return LaneSettings(s.depth, threads if phase is Phase.FILL else s.fill, threads if phase is Phase.SINK else s.sink)
+
+
 def measure_window(records: list[BatchRecord]) -> Window:
     """The ``Window`` of a lane's successful batch records."""
     spans = np.array([r.phases for r in records], dtype=float).reshape(len(records), len(RUN_PHASES), 2)
@@ -151,8 +159,9 @@ class Autotuner:
     pinned: frozenset[Phase] = frozenset()
     #: Cores each lane's host threads keep busy, as last measured (the CPU budget is shared).
     cores_by_lane: dict[int, float] = field(default_factory=dict)
-    #: A thread just added, per lane: (phase, the phase's batches/s before it), judged next window.
-    trial: dict[int, tuple[Phase, float]] = field(default_factory=dict)
+    #: Threads just added, per lane: (phase, threads before, the phase's batches/s before), judged
+    #: on the next window.
+    trial: dict[int, tuple[Phase, int, float]] = field(default_factory=dict)
     #: (lane, phase) that a thread did not speed up: CPU- or GIL-bound, never grown again.
     saturated: set[tuple[int, Phase]] = field(default_factory=set)
     #: The most threads a (lane, phase) has had: a thread taken back still did work in the window.
@@ -226,20 +235,20 @@ class Autotuner:
         trial = self.trial.pop(lane, None)
         if trial is None:
             return None
-        phase, before = trial
+        phase, had, before = trial
         have = now.workers(phase)
         mean = w.mean_s[phase - 1]
         after = have / mean if mean > 0 else 0.0
-        if after >= 1.1 * before:
+        if after >= _TRIAL_GAIN * before:
             return None
         self.saturated.add((lane, phase))
         self.held.pop((lane, phase), None)
         name = phase.name.lower()
         self.decisions.append(TunerDecision(
             lane, now.depth, w.device_idle,
-            f"{name} back to {have - 1} threads: thread {have} did not help ({before:.3g} -> {after:.3g} "
+            f"{name} back to {had} threads: {have} did not help ({before:.3g} -> {after:.3g} "
             "batches/s; CPU- or GIL-bound)"))
-        return LaneSettings(now.depth, now.fill - (phase is Phase.FILL), now.sink - (phase is Phase.SINK))
+        return _with(now, phase, had)
 
     def _lane_cores(self, s: LaneSettings, w: Window) -> float:
         """Cores the lane keeps busy: its host threads as if always running (the budget's worst
@@ -258,26 +267,37 @@ class Autotuner:
             self._hold(key, "max", now.depth, idle, f"{name} at max_workers ({self.max_workers})")
             return None
         share = w.cpu_share(phase)
-        if have >= 1 and self.cores_used() + share > self.cpu_cores + 1e-9:
+        # As many threads as keep up with compute (its mean over this phase's per batch), at most
+        # twice as many as now: a phase that stops scaling is caught within a step or two.
+        compute = w.mean_s[_COMPUTE]
+        need = math.ceil(w.mean_s[phase - 1] / compute - 1e-9) if compute > 0 else have + 1
+        want = max(have + 1, min(need, 2 * have, self.max_workers))
+        room = (self.cpu_cores - self.cores_used()) / share if share > 0 else math.inf
+        want = min(want, have + max(0, math.floor(room + 1e-9)))
+        if want <= have:
             self._hold(key, "cpu", now.depth, idle, f"{name} at the CPU budget ({self.cpu_cores:g} cores)")
             return None
-        depth = max(now.depth, have + 1 + 2)
-        if depth > now.depth and not tune_depth:
-            why = f"{name}: depth {now.depth} set by hand leaves no slot for a thread"
-            self._hold(key, "depth", now.depth, idle, why)
-            return None
-        if depth > self.depth.max_depth or used_bytes + (depth - now.depth) * slot_bytes > self.depth.budget_bytes:
+        if want + 2 > now.depth and not tune_depth:
+            want = now.depth - 2
+            if want <= have:
+                why = f"{name}: depth {now.depth} set by hand leaves no slot for a thread"
+                self._hold(key, "depth", now.depth, idle, why)
+                return None
+        while want > have and (want + 2 > self.depth.max_depth
+                               or used_bytes + (want + 2 - now.depth) * slot_bytes > self.depth.budget_bytes):
+            want -= 1
+        if want <= have:
             self._hold(key, "memory", now.depth, idle, f"{name}: no memory for another slot")
             return None
+        depth = max(now.depth, want + 2)
         self.held.pop(key, None)
-        self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share
+        self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share * (want - have)
         mean = w.mean_s[phase - 1]
-        self.trial[lane] = (phase, have / mean if mean > 0 else 0.0)
-        self.peak[key] = max(self.peak.get(key, 0), have + 1)
-        mean_ms = w.mean_s[phase - 1] * 1e3
+        self.trial[lane] = (phase, have, have / mean if mean > 0 else 0.0)
+        self.peak[key] = max(self.peak.get(key, 0), want)
         self.decisions.append(TunerDecision(
-            lane, depth, idle, f"{name} {have + 1} threads ({mean_ms:.3g} ms/batch, {share:.0%} CPU)"))
-        return LaneSettings(depth, now.fill + (phase is Phase.FILL), now.sink + (phase is Phase.SINK))
+            lane, depth, idle, f"{name} {want} threads ({mean * 1e3:.3g} ms/batch on {have}, {share:.0%} CPU)"))
+        return _with(LaneSettings(depth, now.fill, now.sink), phase, want)
 
     def _hold(self, key: tuple[int, Phase], why: ThreadCap, depth: int, idle: float, reason: str) -> None:
         """No thread for ``key`` this window, because of ``why`` (said once per reason)."""
