@@ -4,17 +4,18 @@ The decisions this module protects:
 - The goal is the device's busy time. Each window of a lane's batches, the tuner measures how
   long compute sat idle; below ``idle_threshold`` it changes nothing.
 - When the device idles, the host phase slowest per thread (its mean time over its threads) gets
-  threads, as many as would keep up with compute but at most twice as many as it has, if one batch
-  of it takes at least half of compute's time (a heavy-tailed load
-  whose mean equals compute's needs a second thread to get ahead; a short one leaves only jitter,
-  which a deeper ring absorbs: ``DepthTuner``), and if the CPU budget allows it: a thread of a
-  phase that burns CPU (decoding) costs a core, one that waits (I/O, sleep) almost none, measured
-  as the phase's CPU time over its wall time. The ring grows so every thread has a slot (depth >=
-  threads + 2), within the memory budget.
-- New threads are on trial for one window: kept if the phase got at least 10 % faster, else
-  taken back and that phase grown no more (threads of a CPU- or GIL-bound phase wait for each other,
-  and their CPU time alone looks like waiting). A count the spec pins is never changed; nothing
-  else shrinks (a thread too many only waits).
+  threads while they get through fewer than 1.25x compute's batches per second (a heavy-tailed
+  load whose mean equals compute's needs a second thread to get ahead of its tail): as many as
+  would, at most twice as many as it has, within the CPU budget. A thread of a phase that burns
+  CPU (decoding) costs a core, one that waits (I/O, sleep) almost none, measured as its CPU time
+  over its wall time; since that undercounts a thread waiting for a core or the GIL, a burning
+  phase also needs the whole process to have cores spare. The ring grows so every thread has a
+  slot (depth >= threads + 2), within the memory budget. Otherwise the device waits for jitter,
+  which a deeper ring absorbs (``DepthTuner``), or for the engine itself, which nothing here fixes.
+- Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
+  least 10 % faster, a deeper ring if the device idles at least 20 % less; else the change is
+  taken back and not tried again on that lane (threads of a CPU- or GIL-bound phase wait for each
+  other, and their CPU time alone looks like waiting). A count the spec pins is never changed.
 - Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
   the tests drive it with a model of a pipeline and a controlled clock.
 """
@@ -37,10 +38,17 @@ __all__ = ["Autotuner", "DepthTuner", "LaneSettings", "TunerDecision", "Window",
 
 _COMPUTE = Phase.COMPUTE - 1
 _HOST = (Phase.FILL, Phase.SINK)
-#: A host phase gets a thread only if one batch of it takes at least this share of compute's time.
-_THREAD_WORTH = 0.5
+#: A host phase gets threads until they get through this many times compute's batches per second.
+_MARGIN = 1.25
 #: Threads on trial stay if the phase then gets through at least this much more per second.
 _TRIAL_GAIN = 1.1
+#: A deeper ring stays if the device then idles at most this share of what it idled before.
+_DEPTH_GAIN = 0.8
+#: A window spans at least this long; one that judges a trial, this long.
+_WINDOW_S = 0.1
+_TRIAL_S = 0.3
+#: A thread using at least this share of a core burns CPU: it needs a core the process has spare.
+_BURNS = 0.3
 
 
 def default_cores() -> float:
@@ -118,6 +126,11 @@ class Window:
         return min(1.0, self.cpu_s[phase - 1] / wall) if wall > 0 else 0.0
 
 
+def _slots_for(s: LaneSettings) -> int:
+    """The ring a lane's threads need: a slot each and one for the device (2 with one of each)."""
+    return max([2] + [w + 2 for w in (s.fill, s.sink) if w > 1])
+
+
 def _with(s: LaneSettings, phase: Phase, threads: int) -> LaneSettings:
     return LaneSettings(s.depth, threads if phase is Phase.FILL else s.fill, threads if phase is Phase.SINK else s.sink)
 
@@ -164,6 +177,12 @@ class Autotuner:
     trial: dict[int, tuple[Phase, int, float]] = field(default_factory=dict)
     #: (lane, phase) that a thread did not speed up: CPU- or GIL-bound, never grown again.
     saturated: set[tuple[int, Phase]] = field(default_factory=set)
+    #: A deeper ring on trial, per lane: (depth before, device idle before).
+    depth_trial: dict[int, tuple[int, float]] = field(default_factory=dict)
+    #: Lanes whose ring a deeper one did not help: not deepened again.
+    depth_done: set[int] = field(default_factory=set)
+    #: Cores the whole process kept busy over each lane's last window (every thread, the loop too).
+    process_cores: float = 0.0
     #: The most threads a (lane, phase) has had: a thread taken back still did work in the window.
     peak: dict[tuple[int, Phase], int] = field(default_factory=dict)
     #: Why a (lane, phase) got no thread the last time it asked for one.
@@ -210,28 +229,47 @@ class Autotuner:
         per_thread = [w.mean_s[i] / (now.workers(p) if p in _HOST else 1) for i, p in enumerate(RUN_PHASES)]
         worst = RUN_PHASES[int(np.argmax(per_thread))]
         idle = w.device_idle
+        compute = w.mean_s[_COMPUTE]
         open_ = [p for p in _HOST if p not in self.pinned and (lane, p) not in self.saturated]
-        if idle > self.depth.idle_threshold and open_:
-            # The host phase slowest per thread; worth a thread only if it takes at least half as
-            # long as compute (a heavy tail's mean equals compute's: a second thread gets ahead of
-            # it, where depth alone cannot), else the device waits for jitter: depth.
+        if idle > self.depth.idle_threshold and open_ and compute > 0:
+            # The host phase slowest per thread, if its threads get through fewer batches than
+            # compute with a margin (a heavy-tailed load whose mean equals compute's needs a
+            # second thread to get ahead of its tail); else the device waits for jitter, or for
+            # the engine itself: threads would not help, depth might.
             host = max(open_, key=lambda p: per_thread[p - 1])
-            if per_thread[host - 1] >= _THREAD_WORTH * w.mean_s[_COMPUTE]:
+            if per_thread[host - 1] * _MARGIN > compute:
                 grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
                 if grown is not None:
                     return grown
-        if not tune_depth:
+        if not tune_depth or lane in self.depth_done:
             return now
         # The bottleneck's own idle share: a phase on n threads is busy n x its span at most.
         i = worst - 1
         span = w.span_s[i] * (now.workers(worst) if worst in _HOST else 1)
         b_idle = max(0.0, 1.0 - w.busy_s[i] / span) if span > 0 else 0.0
-        return LaneSettings(self.depth.decide(lane, now.depth, b_idle, slot_bytes, used_bytes), now.fill, now.sink)
+        depth = self.depth.decide(lane, now.depth, b_idle, slot_bytes, used_bytes)
+        if depth > now.depth:
+            self.depth_trial[lane] = (now.depth, idle)
+        return LaneSettings(depth, now.fill, now.sink)
+
+    def min_window_s(self, lane: int) -> float:
+        """How long the lane's next window must span: longer while threads or slots are on trial
+        (one noisy short window must not decide for the rest of the run)."""
+        return _TRIAL_S if lane in self.trial or lane in self.depth_trial else _WINDOW_S
 
     def _judge_trial(self, lane: int, now: LaneSettings, w: Window) -> LaneSettings | None:
         """After a thread was added: keep it if the phase got at least 10 % faster (batches/s over
         its threads), else take it back and grow that phase no more. Threads of a phase bound by
         the CPU or by Python's GIL wait for each other, and CPU time alone does not show it."""
+        deeper = self.depth_trial.pop(lane, None)
+        if deeper is not None and w.device_idle > _DEPTH_GAIN * deeper[1]:
+            # A deeper ring that left the device as idle as before: the idle is not jitter a ring
+            # absorbs (the engine's own gaps, say). Back to the depth before, and no deeper.
+            self.depth_done.add(lane)
+            self.decisions.append(TunerDecision(
+                lane, max(deeper[0], _slots_for(now)), w.device_idle,
+                f"depth {now.depth} did not help (device idle {deeper[1]:.1%} -> {w.device_idle:.1%})"))
+            return LaneSettings(max(deeper[0], _slots_for(now)), now.fill, now.sink)
         trial = self.trial.pop(lane, None)
         if trial is None:
             return None
@@ -270,9 +308,12 @@ class Autotuner:
         # As many threads as keep up with compute (its mean over this phase's per batch), at most
         # twice as many as now: a phase that stops scaling is caught within a step or two.
         compute = w.mean_s[_COMPUTE]
-        need = math.ceil(w.mean_s[phase - 1] / compute - 1e-9) if compute > 0 else have + 1
+        need = math.ceil(_MARGIN * w.mean_s[phase - 1] / compute - 1e-9) if compute > 0 else have + 1
         want = max(have + 1, min(need, 2 * have, self.max_workers))
-        room = (self.cpu_cores - self.cores_used()) / share if share > 0 else math.inf
+        # CPU time over wall time undercounts a thread that waits for a core or the GIL, so a phase
+        # that burns CPU also needs the whole process (the loop, every thread) to have cores spare.
+        used = max(self.cores_used(), self.process_cores if share >= _BURNS else 0.0)
+        room = (self.cpu_cores - used) / share if share > 0 else math.inf
         want = min(want, have + max(0, math.floor(room + 1e-9)))
         if want <= have:
             self._hold(key, "cpu", now.depth, idle, f"{name} at the CPU budget ({self.cpu_cores:g} cores)")

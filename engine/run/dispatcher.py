@@ -38,9 +38,6 @@ __all__ = ["Dispatcher"]
 
 #: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
 _TUNE_MIN_RECORDS = 4
-#: A tuning window spans at least this long (small batches come every few hundred µs: a window of
-#: eight says nothing then, and measuring it every eight batches would cost the loop more than it).
-_TUNE_MIN_S = 0.1
 #: The most records one tuning window holds (its last ones).
 _TUNE_RECORDS = 256
 #: How often a lane of a convicted worker looks again for its re-birth (a new epoch).
@@ -63,6 +60,8 @@ class Dispatcher:
         self._stalls: dict[int, _Stall] = {}
         self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=_TUNE_RECORDS) for i in range(nl)}
         self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
+        #: Per lane: (perf_counter, process_time) at its last tuning (the process's cores in between).
+        self._tune_clock: dict[int, tuple[float, float]] = {}
         self._lane_wait: dict[int, tuple[float, StallReason]] = {}
         #: When the run started (``time.perf_counter``), and how long its first batch took.
         self.t0 = time.perf_counter()
@@ -223,7 +222,7 @@ class Dispatcher:
         recs.append(record)
         self._since_tune[record.lane] += 1
         if (record.ok and self._since_tune[record.lane] >= s.tuner.window
-                and record.end - recs[0].start >= _TUNE_MIN_S):
+                and record.end - recs[0].start >= s.tuner.min_window_s(record.lane)):
             self._since_tune[record.lane] = 0
             self._tune(s.lanes[record.lane], recs)
             recs.clear()  # the next window measures the lane as the tuner has just set it
@@ -234,6 +233,10 @@ class Dispatcher:
         if len(ok) < _TUNE_MIN_RECORDS:
             return
         s = self.s
+        wall, cpu = time.perf_counter(), time.process_time()
+        w0, c0 = self._tune_clock.get(lane.id, (self.t0, 0.0))
+        self._tune_clock[lane.id] = (wall, cpu)
+        s.tuner.process_cores = (cpu - c0) / (wall - w0) if wall > w0 and c0 else 0.0
         now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK))
         used = sum(ln.nbytes for ln in s.lanes)
         new = s.tuner.decide(lane.id, now, measure_window(ok), lane.slot_bytes, used, tune_depth=s.auto_depth)

@@ -37,6 +37,8 @@ _STEADY_MIN = 3
 _PHASE_NAMES = tuple(p.name.lower() for p in RUN_PHASES)
 _COMPUTE = Phase.COMPUTE - 1
 _HOST = {Phase.FILL - 1: 0, Phase.SINK - 1: 1}
+#: A host phase whose CPU time is at least this share of its busy time burns CPU: cores cap it.
+_BURNS = 0.3
 #: Compute intervals kept unmerged before a merge (a reading merges them too).
 _MERGE_EVERY = 256
 #: Per lane: the fill and the sink threads (the tuner's, engine/run/autotune.py).
@@ -130,6 +132,7 @@ class MetricsAccumulator:
         self.w_union: dict[int, np.ndarray] = {}
         self._union_end: dict[int, np.ndarray] = {}
         self.w_cpu = np.zeros(len(RUN_PHASES))
+        self.w_lane_cpu: dict[int, np.ndarray] = {}
         self.device = _DeviceBusy()
 
     def add(self, rec: BatchRecord) -> None:
@@ -177,7 +180,9 @@ class MetricsAccumulator:
             wu[i] += max(0.0, t1 - max(t0, w0, ue[i]))
             ue[i] = max(ue[i], t1)
             if rec.cpu:  # at least this much of its CPU time fell in the window (one thread)
-                self.w_cpu[i] += max(0.0, rec.cpu[i] - (t1 - t0 - inside))
+                c = max(0.0, rec.cpu[i] - (t1 - t0 - inside))
+                self.w_cpu[i] += c
+                self.w_lane_cpu.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))[i] += c
 
     def add_latencies(self, latencies: np.ndarray) -> None:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
@@ -227,20 +232,7 @@ class MetricsAccumulator:
         amdahl = {f"p={p if not math.isinf(p) else 'inf'}": amdahl_speedup(s, p) / base
                   for p in (self.lanes + 1, 2 * self.lanes, math.inf)}
         device_busy, by_lane = self.device.busy(None if finished else now)
-        bottleneck_phase, bottleneck = "", ""
-        if caps_now:
-            i = min(caps_now, key=caps_now.__getitem__)
-            if cpu_cap < caps_now[i]:
-                bottleneck_phase = "cpu"
-                bottleneck = (f"bottleneck: CPU ({cores:g} cores busy with host and stage work); device busy "
-                              f"{device_busy:.0%}: add cores, or cheaper loading/decoding")
-            else:
-                bottleneck_phase = _PHASE_NAMES[i]
-                first = threads.get(min(threads)) if threads else None
-                ht = first[_HOST[i]] if first is not None and i in _HOST else (
-                    HostThreads(1, 1, "pinned") if i in _HOST else None)
-                bottleneck = describe_bottleneck(bottleneck_phase, float(means[i]) * 1e3, ht, device_busy, cores,
-                                                 self.stall_s.get("memory", 0.0) > 0)
+        bottleneck_phase, bottleneck = self._bottleneck(caps_now, cpu_cap, threads, means, device_busy, cores)
         return Figures(
             elapsed_s=elapsed, tasks_done=done, tasks_failed=failed, batches=self.batches,
             throughput_tasks_s=done / elapsed, throughput_bytes_s=self.nbytes / elapsed,
@@ -255,6 +247,29 @@ class MetricsAccumulator:
             bottleneck_phase=bottleneck_phase, bottleneck=bottleneck,
         )
 
+    def _bottleneck(self, caps_now: dict[int, float], cpu_cap: float, threads: LaneThreads, means: np.ndarray,
+                    device_busy: float, cores: float) -> tuple[str, str]:
+        """The phase with the least capacity now (or the cores, when the CPU all phases need is the
+        bound and no one phase needs most of it), and its sentence."""
+        if not caps_now:
+            return "", ""
+        i = min(caps_now, key=caps_now.__getitem__)
+        burning = int(np.argmax(self.w_cpu))
+        if cpu_cap < caps_now[i]:
+            if burning not in _HOST or self.w_cpu[burning] < 0.5 * self.w_cpu.sum():
+                return "cpu", (f"bottleneck: CPU ({cores:g} cores busy with host and stage work); device busy "
+                               f"{device_busy:.0%}: add cores, or cheaper loading/decoding")
+            i = burning
+        first = threads.get(min(threads)) if threads else None
+        ht = None
+        if i in _HOST:
+            ht = first[_HOST[i]] if first is not None else HostThreads(1, 1, "pinned")
+            if i == burning and cpu_cap <= caps_now[i] * (1 + 1e-9) and ht.why in ("tuned", "saturated"):
+                ht = HostThreads(ht.now, ht.now, "cpu")  # the cores, not the threads, hold it
+        text = describe_bottleneck(_PHASE_NAMES[i], float(means[i]) * 1e3, ht, device_busy, cores,
+                                   self.stall_s.get("memory", 0.0) > 0)
+        return _PHASE_NAMES[i], text
+
     def _bound(self, threads: LaneThreads, cores: float) -> tuple[float, dict[int, float], float]:
         """The bound (tasks/s), each phase's capacity with its threads now (tasks/s, all lanes),
         and the cores' capacity, over the steady window; zeros before it has a batch."""
@@ -262,6 +277,7 @@ class MetricsAccumulator:
         caps_now = dict.fromkeys(range(len(RUN_PHASES)), 0.0)
         for lane, tasks in self.w_tasks.items():
             busy, union = self.w_busy[lane], self.w_union[lane]
+            lane_cpu = self.w_lane_cpu.get(lane, np.zeros(len(RUN_PHASES)))
             ht = threads.get(lane)
             most = math.inf
             for i in range(len(RUN_PHASES)):
@@ -272,16 +288,28 @@ class MetricsAccumulator:
                 h = ht[_HOST[i]] if i in _HOST and ht is not None else None
                 now_k = h.now if h is not None else 1
                 caps_now[i] += now_k * per_thread
-                # A phase that may get threads could do ``cap`` x its work per thread; one that may
-                # not (a device stream, a host phase held or pinned) no more than its tasks over
-                # the time it had a job running (<= the window: the bound is never below the rate).
-                most = min(most, h.cap * per_thread if h is not None and h.why == "tuned" else tasks / union[i])
+                most = min(most, _capacity(h, tasks, busy[i], union[i], lane_cpu[i], cores))
             bound += most if math.isfinite(most) else 0.0
         cpu = float(self.w_cpu.sum())
         cpu_cap = cores * sum(self.w_tasks.values()) / cpu if cpu > 0 else math.inf
         if not self.w_tasks:
             return 0.0, {}, cpu_cap
         return min(bound, cpu_cap), {i: c for i, c in caps_now.items() if math.isfinite(c)}, cpu_cap
+
+
+def _capacity(h: HostThreads | None, tasks: int, busy: float, union: float, cpu: float, cores: float) -> float:
+    """Tasks/s one phase of one lane could reach over the window, never below what it did.
+
+    A device stream, or a host phase shown not to speed up with threads: its tasks over the time
+    it had a job running (<= the window). A host phase that burns CPU (its CPU time at least
+    ``_BURNS`` of its busy time): the cores over its CPU time per task (its CPU time fits in
+    cores x window). One that waits: its threads (the most it may have, or has had) over its busy
+    time per task (busy <= threads x window)."""
+    if h is None or (h.why == "saturated" and cpu < _BURNS * busy):
+        return tasks / union
+    if cpu >= _BURNS * busy:
+        return cores * tasks / cpu
+    return h.cap * tasks / busy
 
 
 class _DeviceBusy:
@@ -295,6 +323,7 @@ class _DeviceBusy:
         self.lane_busy: dict[int, float] = {}
         self.lane_first: dict[int, float] = {}
         self.lane_last_start: dict[int, float] = {}
+        self.lane_last_end: dict[int, float] = {}
         self.last_end = 0.0
         self.first = 0.0
         self._pending: list[tuple[float, float]] = []
@@ -306,6 +335,7 @@ class _DeviceBusy:
         self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + (t1 - t0)
         self.lane_first.setdefault(lane, t0)
         self.lane_last_start[lane] = t0
+        self.lane_last_end[lane] = max(self.lane_last_end.get(lane, 0.0), t1)
         self.first = t0 if not self.first else min(self.first, t0)
         self.last_end = max(self.last_end, t1)
         self._pending.append((t0, t1))
@@ -338,6 +368,7 @@ class _DeviceBusy:
             if t1 > start:
                 union += t1 - start
             tail_end = max(tail_end, t1)
-        by_lane = {str(lane): min(1.0, b / max(1e-9, end - self.lane_first[lane]))
+        by_lane = {str(lane): min(1.0, b / max(1e-9, (self.lane_last_end[lane] if now is None else end)
+                                                  - self.lane_first[lane]))
                    for lane, b in sorted(self.lane_busy.items())}
         return min(1.0, union / max(1e-9, end - self.first)), by_lane

@@ -28,6 +28,7 @@ class Model:
     sink_s: float = 0.001
     fill_cpu: float = 0.02  # share of a core one loading thread burns while it runs
     gil_threads: int | None = None  # beyond this many threads, loading gets no faster
+    floor: float = 0.0  # the device idles at least this share whatever the settings (engine gaps)
 
     def fill_rate(self, w: int) -> float:
         useful = w if self.gil_threads is None else min(w, self.gil_threads)
@@ -36,7 +37,7 @@ class Model:
     def window(self, s: LaneSettings) -> Window:
         """What the lane measures over N batches with settings ``s`` (a controlled clock: no sleep)."""
         rate = min(self.fill_rate(s.fill), 1 / self.compute_s, s.sink / self.sink_s)
-        span = N / rate
+        span = max(N / rate, N * self.compute_s / (1 - self.floor))
         # A GIL-bound phase's threads wait for each other: each batch takes longer per thread.
         fill_mean = s.fill / self.fill_rate(s.fill)
         means = (fill_mean, 0.0005, self.compute_s, 0.0005, self.sink_s)
@@ -65,7 +66,8 @@ def test_waiting_loads_get_just_enough_threads_and_the_tuner_then_holds_still(fi
     model = Model(fill_s, compute_s)
     seen = _tune(model, _tuner())
     final = seen[-1]
-    assert final.fill == math.ceil(fill_s / compute_s - 1e-9)
+    # Enough threads to keep up, with at most the tuner's 25 % margin on top.
+    assert math.ceil(fill_s / compute_s - 1e-9) <= final.fill <= math.ceil(1.25 * fill_s / compute_s - 1e-9)
     assert final.depth >= final.fill + 2
     assert seen[-10:] == [final] * 10, "the tuner kept changing its mind"
     w = model.window(final)
@@ -138,3 +140,14 @@ class _Lane:
 
     def workers(self, phase: Phase) -> int:
         return self.s.workers(phase)
+
+
+def test_a_deeper_ring_that_leaves_the_device_as_idle_is_taken_back_and_not_tried_again() -> None:
+    # The device idles 4 % whatever the ring (the engine's own gaps): one deeper ring is tried,
+    # judged, taken back; no thread is added either (loading keeps up with margin to spare).
+    tuner = _tuner()
+    seen = _tune(Model(0.004, 0.010, floor=0.04), tuner)
+    assert max(s.depth for s in seen) > 2
+    assert seen[-1] == LaneSettings(2, 1, 1)
+    assert seen[-10:] == [seen[-1]] * 10
+    assert any("did not help" in d.reason for d in tuner.decisions)

@@ -1,0 +1,95 @@
+"""Device busy, the bound and the bottleneck (engine/state/metrics.py), from batch records.
+
+Records are made by hand here because the property under test is arithmetic: whatever the
+phases did, the bound is never below the steady rate (so overlap efficiency never exceeds 1),
+and device busy is the union of compute intervals. Real runs check the same on every report
+(tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from warpdeck.engine.api import BatchRecord, HostThreads
+from warpdeck.engine.state.metrics import MetricsAccumulator
+
+_NONE = (0.0, 0.0)
+
+
+def _rec(batch: int, lane: int, fill: tuple[float, float], compute: tuple[float, float],
+         sink: tuple[float, float], cpu: tuple[float, ...] = (), tasks: int = 4) -> BatchRecord:
+    phases = (fill, _NONE, compute, _NONE, sink)
+    return BatchRecord(batch, lane, 0, tasks, "k", fill[0], phases, True, tasks * 8, cpu)
+
+
+def _pipeline(n: int, fill_s: float, threads: int, compute_s: float, rng: np.random.Generator,
+              lane: int = 0, burn: bool = False) -> list[BatchRecord]:
+    """Records of a lane whose fill runs on ``threads`` threads and whose compute runs in order."""
+    free = [0.0] * threads
+    c_end = 0.0
+    out = []
+    for i in range(n):
+        k = int(np.argmin(free))
+        f0 = free[k]
+        f1 = f0 + fill_s * float(rng.uniform(0.5, 1.5))
+        free[k] = f1
+        c0 = max(f1, c_end)
+        c_end = c0 + compute_s
+        cpu = (f1 - f0 if burn else 0.0, 0.0, compute_s * 0.01, 0.0, 0.0)
+        out.append(_rec(i, lane, (1 + f0, 1 + f1), (1 + c0, 1 + c_end), (1 + c_end, 1 + c_end + 1e-4), cpu))
+    return out
+
+
+def _figures(acc: MetricsAccumulator, threads: dict[int, tuple[HostThreads, HostThreads]], cores: float = 2.0):  # type: ignore[no-untyped-def]
+    return acc.figures(now=1e3, started=0.0, done=acc.tasks, failed=0, divergence=0, max_divergence=0,
+                       threads=threads, cores=cores, finished=True)
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize(("threads", "why"), [(1, "pinned"), (3, "tuned"), (3, "saturated"), (2, "cpu")])
+def test_the_bound_is_never_below_the_steady_rate(seed: int, threads: int, why: str) -> None:
+    rng = np.random.default_rng(seed)
+    acc = MetricsAccumulator(lanes=1)
+    for r in _pipeline(60, 0.030, threads, 0.010, rng, burn=why == "cpu"):
+        acc.add(r)
+    ht = HostThreads(threads, 8 if why == "tuned" else threads, why)  # type: ignore[arg-type]
+    f = _figures(acc, {0: (ht, HostThreads(1, 1, "pinned"))})
+    assert f.bound_tasks_s >= f.steady_tasks_s * (1 - 1e-9)
+    assert 0 < f.overlap_efficiency <= 1.0
+    assert f.bottleneck_phase in (("fill",) if threads < 3 else ("fill", "compute"))
+
+
+def test_device_busy_is_the_union_of_the_lanes_compute() -> None:
+    acc = MetricsAccumulator(lanes=2)
+    # Lane 0 computes 1.0-1.5 and 2.0-2.5; lane 1 computes 1.25-1.75: union 1.25 s of 1.5 s.
+    acc.add(_rec(0, 0, (0.9, 1.0), (1.0, 1.5), (1.5, 1.6)))
+    acc.add(_rec(1, 1, (1.2, 1.25), (1.25, 1.75), (1.75, 1.8)))
+    acc.add(_rec(2, 0, (1.9, 2.0), (2.0, 2.5), (2.5, 2.6)))
+    f = _figures(acc, {})
+    assert f.device_busy == pytest.approx(1.25 / 1.5)
+    assert f.device_busy_by_lane == {"0": pytest.approx(1.0 / 1.5), "1": pytest.approx(1.0)}
+
+
+def test_a_loading_bound_lane_names_its_loader_and_what_to_do() -> None:
+    acc = MetricsAccumulator(lanes=1)
+    for r in _pipeline(40, 0.030, 1, 0.010, np.random.default_rng(1)):
+        acc.add(r)
+    f = _figures(acc, {0: (HostThreads(1, 1, "pinned"), HostThreads(1, 1, "pinned"))})
+    assert f.bottleneck_phase == "fill"
+    assert f.bottleneck.startswith("bottleneck: fill ") and "on 1 thread" in f.bottleneck
+    assert "pinned at 1" in f.bottleneck
+    assert f.device_busy < 0.5
+    tuned = _figures(acc, {0: (HostThreads(1, 8, "tuned"), HostThreads(1, 1, "pinned"))})
+    assert tuned.overlap_efficiency < 0.5  # 8 threads could load far faster: the bound says so
+    assert "the tuner is adding fill threads" in tuned.bottleneck
+
+
+def test_a_burning_loader_is_judged_against_the_cores() -> None:
+    acc = MetricsAccumulator(lanes=1)
+    for r in _pipeline(40, 0.030, 2, 0.010, np.random.default_rng(2), burn=True):
+        acc.add(r)
+    on_two = _figures(acc, {0: (HostThreads(2, 2, "cpu"), HostThreads(1, 1, "pinned"))}, cores=2.0)
+    on_eight = _figures(acc, {0: (HostThreads(2, 2, "cpu"), HostThreads(1, 1, "pinned"))}, cores=8.0)
+    assert on_eight.bound_tasks_s > on_two.bound_tasks_s
+    assert "at its cap (2 cores)" in on_two.bottleneck
