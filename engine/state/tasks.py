@@ -194,6 +194,10 @@ class _Sparse:
 _GROW = 1.5
 
 
+#: Up to this many rows, a move checks them for repeats with a set rather than a sort.
+_SET_CHECK = 4096
+
+
 class TaskTable:
     """Columns of task state, one row per task, indices stable for the life of the run.
 
@@ -287,21 +291,28 @@ class TaskTable:
 
     # -- transitions ----------------------------------------------------------------------------
     def _check(self, idx: npt.NDArray[np.int64], to_state: State,
-               to_phase: Phase) -> tuple[list[int], npt.NDArray[np.int64]]:
+               to_phase: Phase) -> tuple[list[int], list[int]]:
         """Refuse an illegal move; the distinct (state, phase) codes of ``idx`` and their counts."""
         st = self.state[idx]
         ph = self.phase[idx]
-        # Rows of one batch share state and phase, so checking the distinct pairs is enough.
-        codes, n = np.unique(st.astype(np.int16) * 16 + ph, return_counts=True)
-        listed: list[int] = codes.tolist()
-        for code in listed:
-            s, p = State(code // 16), Phase(code % 16)
+        code = st.astype(np.int16) * 16 + ph
+        first = int(code[0])
+        if (code == first).all():  # rows of one batch share state and phase: no sort (see _move)
+            listed, counts = [first], [len(idx)]
+        else:
+            codes, n = np.unique(code, return_counts=True)
+            listed, counts = codes.tolist(), n.tolist()
+        for c in listed:
+            s, p = State(c // 16), Phase(c % 16)
             if not check_transition(s, p, to_state, to_phase):
                 bad = int(idx[(st == s) & (ph == p)][0])
                 raise IllegalTransition(self.keys[bad], s, p, to_state, to_phase)
-        return listed, n
+        return listed, counts
 
     def _move(self, idx: npt.NDArray[np.int64], to_state: State, to_phase: Phase) -> npt.NDArray[np.int64]:
+        # This runs on the event loop several times per batch. NumPy's sort (np.unique) lets go of
+        # the GIL, and taking it back waits for whichever host thread runs Python meanwhile (up to
+        # the 5 ms switch interval): a batch's distinct rows are checked with a set instead.
         if len(idx) == 1:  # a batch of one: no array machinery (engine overhead at batch 1)
             i = int(idx[0])
             s, p = State(int(self.state[i])), Phase(int(self.phase[i]))
@@ -312,10 +323,13 @@ class TaskTable:
             self.state[i] = to_state
             self.phase[i] = to_phase
             return idx
+        if len(idx) == 0:
+            return idx
         # A row named twice in one call moves once; counts follow the columns, not the call.
-        idx = np.unique(idx)
+        if len(idx) > _SET_CHECK or len(set(idx.tolist())) != len(idx):
+            idx = np.unique(idx)
         codes, n = self._check(idx, to_state, to_phase)
-        for code, k in zip(codes, n.tolist(), strict=True):
+        for code, k in zip(codes, n, strict=True):
             self._counts[code // 16, code % 16] -= k
         self._counts[to_state, to_phase] += len(idx)
         self.state[idx] = to_state
