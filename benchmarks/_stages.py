@@ -8,9 +8,10 @@ directory), and ``start.py`` puts it on ``PYTHONPATH`` for its subprocess.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,22 +34,26 @@ def noop(xp: Any, inp: Any, out: Any) -> None:
 
 
 class ScheduledSource:
-    """``n_batches * batch_size`` tasks; loading batch i sleeps ``load_s[i]`` once and fills its rows.
+    """``n_batches * batch_size`` tasks; loading batch i spends ``load_s[i]`` once and fills its rows.
 
-    Task i belongs to batch ``i // batch_size``; the engine forms full batches in order, which
-    ``batch_sizes`` records so the benchmark can check it (a misaligned batch would change which
-    sleep it got).
+    Spending is ``spend(seconds)``: ``time.sleep`` by default (waiting, as on I/O), or a
+    ``CpuBurn`` (decoding). Task i belongs to batch ``i // batch_size``, so the amount is chosen by
+    the batch's index, never by call order: several fill threads may load at once. The engine
+    forms full batches in order, which ``batch_sizes`` records so the benchmark can check it (a
+    misaligned batch would change which amount it got).
     """
 
     def __init__(self, load_s: Sequence[float], batch_size: int, shape: tuple[int, ...],
-                 block: np.ndarray) -> None:
+                 block: np.ndarray, spend: Callable[[float], None] = time.sleep) -> None:
         self.load_s = list(load_s)
         self.batch_size = batch_size
         self.total: int | None = len(self.load_s) * batch_size
         self.key = BatchKey("bench", shape, "float32")
         self.block = block
+        self.spend = spend
         self.batch_sizes: list[int] = []
         self.misaligned = 0
+        self._lock = threading.Lock()
 
     def items(self) -> Iterator[TaskInput]:
         key = self.key
@@ -57,17 +62,27 @@ class ScheduledSource:
 
     def load(self, items: Sequence[TaskInput], out: np.ndarray) -> list[BaseException | None]:
         first = items[0].handle
-        if first % self.batch_size:
-            self.misaligned += 1
-        self.batch_sizes.append(len(items))
-        time.sleep(self.load_s[first // self.batch_size])
+        with self._lock:  # fill threads call this at once
+            if first % self.batch_size:
+                self.misaligned += 1
+            self.batch_sizes.append(len(items))
+        self.spend(self.load_s[first // self.batch_size])
         out[: len(items)] = self.block[: len(items)]
         return [None] * len(items)
 
 
+_TRAILING_INDEX = re.compile(r"(\d+)$")
+
+
 class BatchSleepSink:
-    """Sleeps ``sleep_s`` once per ``batch_size`` writes (on a batch's first task) and stamps
-    ``time.perf_counter()`` after each batch's last write: the batch-done times."""
+    """Sleeps ``sleep_s`` once per batch (on its first task) and stamps ``time.perf_counter()``
+    after each batch's last write: the batch-done times, in the order they happened.
+
+    Safe to call from several sink threads at once: a task's batch and place in it come from the
+    index its key ends with (``t00000042`` is task 42), so the sleep goes to each batch's first task
+    and a batch is done when all its tasks are written, whichever thread wrote them and in whatever
+    order batches interleave. A key without a trailing number falls back to call order (one thread).
+    """
 
     def __init__(self, sleep_s: float, batch_size: int) -> None:
         self.sleep_s = sleep_s
@@ -75,15 +90,55 @@ class BatchSleepSink:
         self.calls = 0
         self.done_at: list[float] = []
         self.checksum = 0.0
+        self._lock = threading.Lock()
+        self._written: dict[int, int] = {}  # batch -> tasks written so far (batches not done yet)
 
     def write(self, key: str, out: np.ndarray) -> None:
-        j = self.calls % self.batch_size
-        self.calls += 1
+        m = _TRAILING_INDEX.search(key)
+        with self._lock:
+            index = int(m.group(1)) if m else self.calls
+            self.calls += 1
+        batch, j = divmod(index, self.batch_size)
         if j == 0:
             time.sleep(self.sleep_s)
-            self.checksum += float(out[0])
-        if j == self.batch_size - 1:
-            self.done_at.append(time.perf_counter())
+            with self._lock:
+                self.checksum += float(out[0])
+        with self._lock:
+            n = self._written.pop(batch, 0) + 1
+            if n == self.batch_size:
+                self.done_at.append(time.perf_counter())  # stamped under the lock: stays sorted
+            else:
+                self._written[batch] = n
+
+
+class CpuBurn:
+    """Spends CPU time the way a decoder does: NumPy ufunc loops over a small buffer, which release
+    the GIL while they run (as zlib, image codecs and NumPy itself do), so threads burning at once
+    scale with the cores. ``burn(seconds)`` spends about that much CPU time on the calling thread;
+    the cost of one pass is calibrated once, with ``time.thread_time`` (CPU time, so a busy
+    machine slows the wall clock but not the calibration)."""
+
+    def __init__(self, elements: int = 16384, calibrate_s: float = 0.2) -> None:
+        self._src = np.linspace(0.0, 1.0, elements)
+        self.pass_s = self._calibrate(calibrate_s)
+
+    def _passes(self, n: int) -> None:
+        tmp = np.empty_like(self._src)  # per call: threads never share a buffer
+        for _ in range(n):
+            np.sin(self._src, out=tmp)
+            np.exp(tmp, out=tmp)
+
+    def _calibrate(self, total_s: float) -> float:
+        self._passes(20)  # warm the buffer and the ufunc loops
+        per_pass: list[float] = []
+        while sum(per_pass) * 20 < total_s or len(per_pass) < 5:
+            c = time.thread_time()
+            self._passes(20)
+            per_pass.append((time.thread_time() - c) / 20)
+        return float(np.median(per_pass))
+
+    def __call__(self, seconds: float) -> None:
+        self._passes(max(1, round(seconds / self.pass_s)))
 
 
 class InstantSource:
