@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from warpdeck.cli.advise import add_advise_parser, run_advise
 from warpdeck.cli.run_log import LOG_NAME, RunLog
 from warpdeck.engine.api import (
     EXIT_STATUS_HELP,
@@ -96,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("recording", type=Path)
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2: twice as fast)")
     replay.add_argument("--theme", help="control-room theme")
+    add_advise_parser(sub)
     return p
 
 
@@ -130,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     if args.command in ("attach", "replay"):
         return _remote(args, err)
+    if args.command == "advise":
+        return run_advise(args, err)
     try:
         if args.command == "run":
             spec = load_spec(args.spec)

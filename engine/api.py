@@ -21,6 +21,7 @@ from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, loa
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source
+from warpdeck.engine.run.calibrate import advise
 from warpdeck.engine.run.commands import (
     COMMAND_ADAPTER,
     Cancel,
@@ -38,6 +39,7 @@ from warpdeck.engine.run.commands import (
 from warpdeck.engine.run.engine import Engine
 from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
+from warpdeck.engine.state.advice import Advice, BackendAdvice
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
 from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.metrics import Figures
@@ -84,8 +86,10 @@ __all__ = [
     "NOWHERE",
     "STALLED",
     "UNAUTHENTICATED",
+    "Advice",
     "AttemptOutcome",
     "Backend",
+    "BackendAdvice",
     "BackendError",
     "BatchRecord",
     "BrokerAddress",
@@ -144,6 +148,7 @@ __all__ = [
     "TaskView",
     "WorkerState",
     "WorkerView",
+    "advise",
     "column_codes",
     "describe_bottleneck",
     "load_secret",
