@@ -313,8 +313,8 @@ class Autotuner:
         # CPU time over wall time undercounts a thread that waits for a core or the GIL, so a phase
         # that burns CPU also needs the whole process (the loop, every thread) to have cores spare.
         used = max(self.cores_used(), self.process_cores if share >= _BURNS else 0.0)
-        room = (self.cpu_cores - used) / share if share > 0 else math.inf
-        want = min(want, have + max(0, math.floor(room + 1e-9)))
+        if share > 0:  # a phase measured as using no CPU (or not measured: a remote lane) costs none
+            want = min(want, have + max(0, math.floor((self.cpu_cores - used) / share + 1e-9)))
         if want <= have:
             self._hold(key, "cpu", now.depth, idle, f"{name} at the CPU budget ({self.cpu_cores:g} cores)")
             return None

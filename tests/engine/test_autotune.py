@@ -151,3 +151,9 @@ def test_a_deeper_ring_that_leaves_the_device_as_idle_is_taken_back_and_not_trie
     assert seen[-1] == LaneSettings(2, 1, 1)
     assert seen[-10:] == [seen[-1]] * 10
     assert any("did not help" in d.reason for d in tuner.decisions)
+
+
+def test_a_phase_with_no_cpu_measured_still_gets_threads() -> None:
+    # A remote (Ray) lane's records carry no CPU times: the phase costs no budget, it is not infinite.
+    seen = _tune(Model(0.030, 0.010, fill_cpu=0.0), _tuner())
+    assert 3 <= seen[-1].fill <= 4

@@ -16,7 +16,6 @@ figures, least important first, and ends in ``…``, never in half a figure.
 
 from __future__ import annotations
 
-import textwrap
 from typing import ClassVar
 
 import numpy as np
@@ -152,11 +151,13 @@ class LaneTimeline(Widget):
         cov = coverage(snap, len(snap.lanes), start, end, cells)
         f = snap.figures
         head, idle = self._style("lane-timeline--head"), self._style("lane-timeline--idle")
-        if f.bottleneck:  # the whole sentence, wrapped (two lines at most): it says what to change
-            wrapped = textwrap.wrap(f.bottleneck, max(20, width - 1))
-            for i, text in enumerate(wrapped[:2]):
-                cut = i == 1 and len(wrapped) > 2
-                lines.append([Segment(text[: max(0, width - 2)] + " …" if cut else text, head if i == 0 else base)])
+        if f.bottleneck:  # two lines of whole clauses: what holds the device back, and what to do
+            what, _, advice = f.bottleneck.partition("; ")
+            busy, _, advice = advice.rpartition("; ") if advice.count("; ") else ("", "", advice)
+            lines.append(_fit([([Segment(what, head)], 0)]
+                              + ([([Segment(busy, base)], 1)] if busy else []), width, base))
+            lines.append(_fit([([Segment(part.strip(), base)], i) for i, part in enumerate(advice.split(": "))],
+                              width, base))
         lines.append(_fit([
             ([Segment(f"device busy {f.device_busy:.0%}", head)], 0),
             ([Segment(f"overlap efficiency {f.overlap_efficiency:.2f} of the bound", base)], 0),
