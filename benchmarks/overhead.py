@@ -12,7 +12,8 @@ Figures per batch size (1 and 256):
   process CPU us/task     time.process_time() of the whole process (every thread), over tasks
   first batch             report.first_batch_s (engine start to the first batch sunk)
 
-Targets (DESIGN.md): <= 20 us per task and >= 50 k no-op tasks/s at batch 256 (one core).
+Targets (DESIGN.md): <= 20 us per task and >= 50 k no-op tasks/s at batch 256 (one core);
+(issue 16) <= 250 us per batch at batch 1.
 
     python benchmarks/overhead.py [--quick] [--json PATH]
 """
@@ -33,6 +34,8 @@ from warpdeck.engine.api import Engine, RunReport, parse_spec
 
 US_TARGET = 20.0
 RATE_TARGET = 50_000.0
+#: Issue 16: a batch of one task must not be a trap: the engine's own cost per batch.
+BATCH1_US_TARGET = 250.0
 
 
 async def _run(count: int, batch: int, run_dir: str) -> RunReport:
@@ -77,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     for n, b in plan:
         r = results[str(b)]
         big = b == 256
-        rows.append([b, n, "wall time per task", f"{r['wall_us_per_task']:.2f} us",
-                     f"<= {US_TARGET:g} us" if big else "",
-                     verdict(r["wall_us_per_task"] <= US_TARGET if big else None)])
+        target = US_TARGET if big else BATCH1_US_TARGET if b == 1 else None
+        rows.append([b, n, "wall time per task" if b != 1 else "wall time per batch (of one task)",
+                     f"{r['wall_us_per_task']:.2f} us", f"<= {target:g} us" if target else "",
+                     verdict(r["wall_us_per_task"] <= target if target else None)])
         rows.append([b, n, "tasks/s (whole run)", f"{r['tasks_s']:,.0f}",
                      f">= {RATE_TARGET:,.0f}" if big else "", verdict(r["tasks_s"] >= RATE_TARGET if big else None)])
         rows.append([b, n, "tasks/s (engine steady state)", f"{r['steady_tasks_s']:,.0f}", "", verdict(None)])
