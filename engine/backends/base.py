@@ -123,12 +123,7 @@ class Marker:
             exc = fut.exception()
             if exc is not None:
                 raise exc
-            ev = self._event()
-            if ev is None or ev.done:
-                if ev is not None and not self.t1:
-                    self.t1 = time.perf_counter()
-                return
-            await self._poll_device(ev, timeout)
+            await self._device_done(timeout)
             return
         inner = asyncio.wrap_future(self.future)
         # Shielded, so a waiter's timeout leaves the job alone; if every waiter is gone when the job
@@ -141,15 +136,14 @@ class Marker:
                 await asyncio.shield(inner)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
-        ev = self._event()
-        if ev is None or ev.done:
-            if ev is not None and not self.t1:
-                self.t1 = time.perf_counter()
-            return
-        await self._poll_device(ev, timeout)
+        await self._device_done(timeout)
 
-    async def _poll_device(self, ev: DeviceEvent, timeout: float | None) -> None:  # noqa: ASYNC109
-        """Device work: poll the event with backoff (CUDA events have no asyncio hook)."""
+    async def _device_done(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        """The job has run; for device work, wait for its event: polled with backoff (CUDA events
+        have no asyncio hook)."""
+        ev = self._event()
+        if ev is None:
+            return
         deadline = None if timeout is None else time.perf_counter() + timeout
         delay = 20e-6
         while not ev.done:
