@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.state.bottleneck import HostThreads, ThreadCap
 from warpdeck.engine.state.records import BatchRecord
@@ -189,6 +190,15 @@ class Autotuner:
     held: dict[tuple[int, Phase], ThreadCap] = field(default_factory=dict)
     #: Cores the machine lets this process use (the bound counts these; the budget may be less).
     machine_cores: float = field(default_factory=default_cores)
+
+    @classmethod
+    def for_spec(cls, spec: PipelineSpec) -> Autotuner:
+        """The tuner a spec asks for: its memory budget, thread cap, CPU budget and pinned counts."""
+        host = spec.host
+        pinned = frozenset(p for p, n in ((Phase.FILL, host.fill_workers), (Phase.SINK, host.sink_workers))
+                           if n is not None)
+        return cls(DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
+                   host.max_workers, host.cpu_cores or default_cores(), pinned)
 
     def threads(self, lanes: Sequence[LaneLike]) -> dict[int, tuple[HostThreads, HostThreads]]:
         """Each lane's fill and sink threads: how many now, how many it may reach, why not more."""

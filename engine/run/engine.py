@@ -38,7 +38,7 @@ from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink
 from warpdeck.engine.edges.sources import BatchKey, Source, TaskInput, open_source
-from warpdeck.engine.run.autotune import Autotuner, DepthTuner, default_cores
+from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.command_handler import CommandHandler
 from warpdeck.engine.run.commands import Command, CommandResult
@@ -56,7 +56,7 @@ from warpdeck.engine.state.report import RunFacts, RunReport, make_report
 from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus, SnapshotPublisher, TaskDetail
 from warpdeck.engine.state.snapshot_builder import HOST, SnapshotBuilder
 from warpdeck.engine.state.task_keys import TaskKeys
-from warpdeck.engine.state.tasks import Phase, State
+from warpdeck.engine.state.tasks import State
 
 if TYPE_CHECKING:
     from warpdeck.engine.scaleout.executor import RayExecutor
@@ -121,10 +121,7 @@ class Engine:
         return RunState(
             spec=spec, table=table, ready=ready, feeder=feeder, leases=LeaseBook(self._epoch_of),
             metrics=MetricsAccumulator(nl), task_keys=TaskKeys(table, ready, feeder, self.source, self.resume),
-            tuner=Autotuner(DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
-                            spec.host.max_workers, spec.host.cpu_cores or default_cores(),
-                            frozenset(p for p, n in ((Phase.FILL, spec.host.fill_workers),
-                                                     (Phase.SINK, spec.host.sink_workers)) if n is not None)),
+            tuner=Autotuner.for_spec(spec),
             worker_ids=worker_ids, lane_worker=[worker_ids[i // spec.lanes] for i in range(nl)],
             auto_depth=spec.feeder.auto_depth)
 

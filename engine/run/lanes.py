@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +36,13 @@ from warpdeck.engine.edges.sources import BatchKey, Source
 from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
+from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
 from warpdeck.engine.run.slots import Buffer, Slot
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.state.tasks import Phase, StallReason
 
-__all__ = ["Lane", "phase_cpu", "phase_spans"]
+__all__ = ["Lane"]
 
 
 @dataclass(slots=True)
@@ -435,27 +435,3 @@ class Lane:
     def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
                            tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes, phase_cpu(markers))
-
-
-def phase_spans(markers: Sequence[Marker]) -> list[tuple[float, float]]:
-    """(start, end) per phase in RUN_PHASES order from the markers that ran (a running one ends
-    now); (0, 0) for a phase none of them reached. A marker the device timed (``clock``) gives
-    the device's interval, on the same time base."""
-    phases = [(0.0, 0.0)] * len(RUN_PHASES)
-    for m in markers:
-        if m.clock is not None and m.done() and m.failed() is None:
-            phases[m.phase - 1] = m.clock()
-        elif m.t0:
-            phases[m.phase - 1] = (m.t0, m.t1 or time.perf_counter())
-    return phases
-
-
-def phase_cpu(markers: Sequence[Marker]) -> tuple[float, ...]:
-    """CPU seconds each phase's thread spent on the batch, in RUN_PHASES order (0 where none ran;
-    a device phase's is the host's cost of queueing it)."""
-    cpu = [0.0] * len(RUN_PHASES)
-    for m in markers:
-        cpu[m.phase - 1] = m.cpu
-    return tuple(cpu)
-
-

@@ -31,7 +31,7 @@ from warpdeck.engine.edges.sources import BatchKey, Source
 from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
-from warpdeck.engine.run.lanes import phase_spans
+from warpdeck.engine.run.phase_times import phase_spans
 from warpdeck.engine.run.slots import Slot
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
