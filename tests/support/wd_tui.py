@@ -75,6 +75,22 @@ def burst(app: App[Any], text: str) -> None:
         app.post_message(key_event(char))
 
 
+def notes(app: App[Any]) -> list[str]:
+    """The notifications the app shows now, oldest first (Textual drops each after its timeout)."""
+    return [n.message for n in app._notifications]
+
+
+def note_ids(app: App[Any]) -> set[str]:
+    """The identities of the notifications shown now: to tell later ones apart by identity, since
+    expired ones leave the list and an index into it would skip the next."""
+    return {n.identity for n in app._notifications}
+
+
+def notes_since(app: App[Any], seen: set[str]) -> list[str]:
+    """The notifications shown now that were not among ``seen`` (from :func:`note_ids`)."""
+    return [n.message for n in app._notifications if n.identity not in seen]
+
+
 def commands(link: Any) -> list[Any]:
     """The commands the link has sent, in order."""
     return [s.command for s in link.sent]

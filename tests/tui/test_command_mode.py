@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Input
 from textual.widgets._footer import FooterKey
 from wd_screen import screen_text
-from wd_tui import burst, commands, engine_app, slow_spec, until
+from wd_tui import burst, commands, engine_app, note_ids, notes, notes_since, slow_spec, until
 
 from warpdeck.engine.api import ControlSettings, Pause, parse_spec
 from warpdeck.tui.app import WarpdeckApp
@@ -19,11 +19,6 @@ from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.prompt_bar import PromptBar
-
-
-def notes(app: WarpdeckApp) -> list[str]:
-    """Every notification the app has shown, oldest first."""
-    return [n.message for n in app._notifications]
 
 
 def bar_error(app: WarpdeckApp) -> str:
@@ -58,9 +53,9 @@ async def test_every_verb_answers_and_the_run_goes_on(tmp_path: Path) -> None:
     async with engine_app(tmp_path) as (app, pilot, _link):
         bar = app.screen.query_one(PromptBar)
         for typed, answer in ANSWERS:
-            seen = len(notes(app))
+            seen = note_ids(app)
             burst(app, f":{typed}\r")
-            await until(pilot, lambda answer=answer, seen=seen: any(answer in n for n in notes(app)[seen:])
+            await until(pilot, lambda answer=answer, seen=seen: any(answer in n for n in notes_since(app, seen))
                         or (bar.is_open and answer in bar_error(app)))
             if bar.is_open:
                 burst(app, "\x1b")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Input
-from wd_tui import engine_app, slow_spec, until
+from wd_tui import commands, engine_app, notes, slow_spec, until
 
 from warpdeck.engine.api import (
     Cancel,
@@ -35,15 +35,6 @@ async def type_into(app, pilot, text: str) -> None:  # type: ignore[no-untyped-d
     which a live engine never is, so typing letter by letter costs seconds each)."""
     app.focused.value = text
     await pilot.press("enter")
-
-
-def commands(link):  # type: ignore[no-untyped-def]
-    return [s.command for s in link.sent]
-
-
-def notes(app) -> list[str]:  # type: ignore[no-untyped-def]
-    """Every notification the app has shown, oldest first."""
-    return [n.message for n in app._notifications]
 
 
 async def test_pause_then_resume_reaches_the_engine(tmp_path: Path) -> None:
