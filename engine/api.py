@@ -45,6 +45,14 @@ from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.metrics import Figures
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
+from warpdeck.engine.state.run_events import (
+    BatchFinished,
+    CommandEvent,
+    RunEvent,
+    RunEvents,
+    StallEvent,
+    WorkerConvicted,
+)
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
@@ -91,10 +99,12 @@ __all__ = [
     "Backend",
     "BackendAdvice",
     "BackendError",
+    "BatchFinished",
     "BatchRecord",
     "BrokerAddress",
     "Cancel",
     "Command",
+    "CommandEvent",
     "CommandResult",
     "ControlSettings",
     "ControlView",
@@ -127,6 +137,8 @@ __all__ = [
     "Resume",
     "RetryFailed",
     "RunDirError",
+    "RunEvent",
+    "RunEvents",
     "RunReport",
     "SetDepth",
     "Sink",
@@ -137,6 +149,7 @@ __all__ = [
     "SpecError",
     "SpecIssue",
     "SpecMismatch",
+    "StallEvent",
     "StallName",
     "StallReason",
     "StalledTask",
@@ -146,6 +159,7 @@ __all__ = [
     "TaskDetail",
     "TaskFailure",
     "TaskView",
+    "WorkerConvicted",
     "WorkerState",
     "WorkerView",
     "advise",

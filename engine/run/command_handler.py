@@ -8,6 +8,7 @@ change the shared ``RunState`` only, so the handler can be tested without an eve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -26,6 +27,7 @@ from warpdeck.engine.run.commands import (
     SetDepth,
 )
 from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.run_events import CommandEvent, StallEvent
 from warpdeck.engine.state.tasks import ALL_QUARANTINED, Phase, StallReason, State
 
 __all__ = ["CommandHandler"]
@@ -42,7 +44,18 @@ class CommandHandler:
         self._quarantine = quarantine
 
     def apply(self, cmd: Command) -> CommandResult:
-        """Apply ``cmd``; the answer says what it did."""
+        """Apply ``cmd``; the answer says what it did (and the run's events hear it)."""
+        result = self._apply(cmd)
+        s = self.s
+        if s.events.heard:
+            t = time.perf_counter()
+            s.events.emit(CommandEvent(t, cmd.kind, result.ok, result.affected, result.message))
+            if isinstance(cmd, Pause | Resume) and result.affected:
+                s.events.emit(StallEvent(t, StallReason.CONTROL.label, result.affected, isinstance(cmd, Pause),
+                                         note="paused"))
+        return result
+
+    def _apply(self, cmd: Command) -> CommandResult:
         s = self.s
         match cmd:
             case Pause():

@@ -32,6 +32,7 @@ from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.outage import OutageAbandoned
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.state.records import BatchRecord, NonFiniteOutput, format_exception
+from warpdeck.engine.state.run_events import BatchFinished, StallEvent, WorkerConvicted
 from warpdeck.engine.state.tasks import Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
@@ -162,6 +163,11 @@ class Dispatcher:
         prev = self._stalls.pop(batch.id, None)
         if prev is not None:
             s.metrics.add_stall(prev.reason, now - prev.since)
+            if s.events.heard:
+                s.events.emit(StallEvent(now, prev.reason.label, len(batch), False, batch.id, batch.lane,
+                                         lasted_s=now - prev.since))
+        if reason is not StallReason.NONE and s.events.heard:
+            s.events.emit(StallEvent(now, reason.label, len(batch), True, batch.id, batch.lane, note))
         if reason is StallReason.NONE:
             s.table.clear_stall(idx)
             return
@@ -218,6 +224,9 @@ class Dispatcher:
         t0 = time.perf_counter()
         s.metrics.add(record)
         s.timeline.append(record)
+        if s.events.heard:
+            worker = s.lane_worker[record.lane]
+            s.events.emit(BatchFinished(record, worker, s.leases.current_epoch(worker)))
         recs = self._lane_records[record.lane]
         recs.append(record)
         self._since_tune[record.lane] += 1
@@ -272,6 +281,7 @@ class Dispatcher:
             rows = s.live(batch.idx)
             s.table.clear_stall(rows)
             self.retry_or_fail(rows, f"worker {lease.worker} lost (epoch {lease.epoch}, {why})", "")
+        s.events.emit(WorkerConvicted(time.perf_counter(), worker, epoch, why))
         if self._on_convicted is not None:
             self._on_convicted(worker, epoch, why)
         s.kick()

@@ -99,6 +99,7 @@ class Engine:
         self.faults = FaultWatch(spec.faults.outage_timeout_s)
         self.state.lanes = self._make_lanes()
         self.publisher = SnapshotPublisher()
+        self.events = self.state.events  # every batch, stall, command, conviction: for the exporters
         self.control: ControlPlane | None = None
         self._control_settings = control
         self._snapshots = SnapshotBuilder(self.state, backend=self.backend, source=self.source, outage=self.outage,

@@ -26,6 +26,7 @@ from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.run_events import RunEvents
 from warpdeck.engine.state.snapshot import TaskFailure
 from warpdeck.engine.state.task_keys import TaskKeys
 from warpdeck.engine.state.tasks import State, TaskTable
@@ -58,6 +59,8 @@ class RunState:
     #: The last failures (for the snapshot), and the last batch records (for the timeline).
     failures: deque[TaskFailure] = field(default_factory=lambda: deque(maxlen=200))
     timeline: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=2048))
+    #: What happens, for the exporters (every batch, stall, command, conviction).
+    events: RunEvents = field(default_factory=RunEvents)
     #: Batches handed to lanes and not yet back.
     inflight: int = 0
     #: An operator cancelled the whole run.

@@ -42,6 +42,10 @@ class LeaseBook:
         #: Batches taken back from convicted workers.
         self.reclaimed = 0
 
+    def current_epoch(self, worker: str) -> int:
+        """The epoch ``worker`` lives in now (its births so far)."""
+        return self._epoch_of(worker)
+
     def lease(self, batch: Batch, worker: str) -> None:
         self._leases[batch.id] = Lease(worker, self._epoch_of(worker), batch)
 
