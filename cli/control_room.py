@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from warpdeck.cli.run_log import LOG_NAME
-from warpdeck.engine.api import ControlSettings, EngineSnapshot, PipelineSpec, RunReport
+from warpdeck.engine.api import ControlSettings, EngineSnapshot, ExportSettings, PipelineSpec, RunReport
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import EngineLink, Link
@@ -45,14 +45,15 @@ def run_remote(link: Link, *, theme: str | None = None) -> int:
 
 def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = None,
                      retry_failed: bool = False, journal: bool | None = None,
-                     control: ControlSettings | None = None, headless: bool = False) -> RunReport | None:
+                     control: ControlSettings | None = None, headless: bool = False,
+                     exports: ExportSettings | None = None) -> RunReport | None:
     """Run ``spec`` under the control room until the user quits; the report, if the run got that far.
     Raises what stops the engine from starting (a bad run directory, a missing backend).
 
     Only the user stops the run: if the control room itself fails, the run goes on headless until
     it ends (ctrl+c stops it), and one line on stderr says how to attach again. ``headless``:
     the app draws nowhere (tests)."""
-    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
+    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control, exports=exports)
     link.open()
     app = WarpdeckApp(link, theme=theme, log_path=run_dir / LOG_NAME)
     try:

@@ -26,9 +26,12 @@ from warpdeck.engine.api import (
     ControlSettings,
     Engine,
     EngineSnapshot,
+    Exports,
+    ExportSettings,
     OutageView,
     PipelineSpec,
     RunReport,
+    exporting,
 )
 
 __all__ = ["render_snapshot", "run_headless", "summary_table"]
@@ -117,12 +120,15 @@ def summary_table(report: RunReport) -> Table:
 
 async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool,
                        retry_failed: bool = False, journal: bool | None = None,
-                       control: ControlSettings | None = None) -> RunReport:
-    """Run the engine with a live display (when ``live``) and print the summary."""
+                       control: ControlSettings | None = None, exports: ExportSettings | None = None) -> RunReport:
+    """Run the engine with a live display (when ``live``) and print the summary. ``exports``: a
+    trace file and a metrics endpoint written while it runs (OSError where one cannot start)."""
     if control is not None and control.secret is None:
         console.print(f"note: {UNAUTHENTICATED}", markup=False, highlight=False, soft_wrap=True)
-    with _stop_signals() as stopping:
-        async with Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control) as engine:
+    engine = Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
+    with _stop_signals() as stopping, exporting(exports, engine.events, engine.publisher, spec.name) as out:
+        _say_exports(out, console)
+        async with engine:
             # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
             # full collection need not walk it. Full collections stop every thread, the control plane's
             # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
@@ -143,6 +149,14 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
     await asyncio.sleep(0)
     console.print(summary_table(report))
     return report
+
+
+def _say_exports(out: Exports, console: Console) -> None:
+    if out.metrics_url is not None:
+        console.print(f"metrics: {out.metrics_url}", markup=False, highlight=False, soft_wrap=True)
+    if out.trace is not None:
+        console.print(f"trace: {out.trace} (Trace Event Format: open it in https://ui.perfetto.dev)",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 async def _watch(engine: Engine, console: Console, live: bool) -> RunReport:

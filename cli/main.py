@@ -39,6 +39,7 @@ from warpdeck.engine.api import (
     BackendError,
     ControlSettings,
     ExitStatus,
+    ExportSettings,
     JournalError,
     PipelineSpec,
     RunDirError,
@@ -47,6 +48,7 @@ from warpdeck.engine.api import (
     load_secret,
     load_spec,
     parse_broker,
+    parse_metrics_address,
     parse_spec,
 )
 
@@ -97,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("recording", type=Path)
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2: twice as fast)")
     replay.add_argument("--theme", help="control-room theme")
+    replay.add_argument("--trace", type=Path, metavar="FILE",
+                        help="write the recording's timeline as a Trace Event Format file and exit (no control room)")
     add_advise_parser(sub)
     return p
 
@@ -115,6 +119,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "remote commands are refused)")
     p.add_argument("--theme", help="control-room theme: warpdeck-dark (default), warpdeck-light, "
                    "warpdeck-high-contrast, warpdeck-ansi, or one of yours")
+    p.add_argument("--trace", type=Path, metavar="FILE",
+                   help="write the run's timeline as it goes, in the Trace Event Format (Perfetto, chrome://tracing)")
+    p.add_argument("--metrics", metavar="HOST:PORT",
+                   help="serve Prometheus/OpenMetrics metrics at http://HOST:PORT/metrics while the run lasts "
+                   "(PORT 0: a free one; the address is printed)")
 
 
 def _demo_spec(count: int, outputs: bool) -> PipelineSpec:
@@ -147,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec.model_copy(update={"backend": args.backend})
     try:
         control = _control(args)
+        exports = ExportSettings(trace=args.trace,
+                                 metrics=parse_metrics_address(args.metrics) if args.metrics else None)
     except ValueError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.USAGE
@@ -160,19 +171,23 @@ def main(argv: list[str] | None = None) -> int:
         elif (unfit := _textual_unfit()) is not None:
             err.print(f"warpdeck: {unfit}; running headless", markup=False, highlight=False)
         else:
-            return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err)
+            return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err, exports)
     console = Console(stderr=False)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
 
     try:
         with RunLog(run_dir / LOG_NAME).installed():
             report = asyncio.run(run_headless(spec, run_dir, console, live=console.is_terminal,
-                                              retry_failed=retry_failed, journal=journal, control=control))
+                                              retry_failed=retry_failed, journal=journal, control=control,
+                                              exports=exports))
     except JournalError as exc:  # the run directory's disk refused the journal: not a usage error
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
     except (BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
+        return ExitStatus.USAGE
+    except OSError as exc:  # a trace file or a metrics port refused: nothing ran
+        err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
         return ExitStatus.USAGE
     except KeyboardInterrupt:  # a second Ctrl-C while the run was stopping, or one before it began
         err.print("interrupted")
@@ -195,6 +210,8 @@ def _textual_unfit() -> str | None:
 
 def _remote(args: argparse.Namespace, err: Console) -> int:
     """``attach`` and ``replay``: the control room over an engine that is not in this process."""
+    if args.command == "replay" and args.trace is not None:
+        return _replay_trace(args.recording, args.trace, err)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err.print(f"warpdeck {args.command}: the control room needs a terminal")
         return ExitStatus.USAGE
@@ -222,6 +239,20 @@ def _remote(args: argparse.Namespace, err: Console) -> int:
     return run_remote(link, theme=args.theme)
 
 
+def _replay_trace(recording: Path, out: Path, err: Console) -> int:
+    """``replay REC --trace FILE``: the recording's timeline as a trace file; no terminal needed."""
+    from warpdeck.engine.api import trace_recording  # noqa: PLC0415
+
+    try:
+        events = trace_recording(recording, out)
+    except (OSError, ValueError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return ExitStatus.USAGE
+    Console().print(f"{out}: {events:,} trace events from {recording} (Trace Event Format: open it in "
+                    "https://ui.perfetto.dev)", markup=False, highlight=False, soft_wrap=True)
+    return ExitStatus.FINISHED
+
+
 def _control(args: argparse.Namespace) -> ControlSettings | None:
     """The control plane the flags ask for; ``ValueError`` says what is wrong with them."""
     if args.broker == "none":
@@ -232,8 +263,20 @@ def _control(args: argparse.Namespace) -> ControlSettings | None:
     return ControlSettings(broker=address, secret=load_secret(args.secret_file))
 
 
+def _export_error(exc: OSError, exports: ExportSettings) -> str:
+    """What a refused export means, naming the flag."""
+    why = exc.strerror or str(exc)
+    if exc.filename is not None and exports.trace is not None and Path(exc.filename) == exports.trace:
+        return f"--trace {exports.trace}: {why}"
+    if exports.metrics is not None:
+        host, port = exports.metrics
+        return f"--metrics {host}:{port}: {why}"
+    return str(exc)
+
+
 def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_failed: bool, journal: bool | None,
-                  control: ControlSettings | None, json_path: Path | None, err: Console) -> int:
+                  control: ControlSettings | None, json_path: Path | None, err: Console,
+                  exports: ExportSettings) -> int:
     from warpdeck.cli.control_room import UnknownTheme, check_theme, run_control_room  # noqa: PLC0415 - Textual loads only here
 
     try:
@@ -241,12 +284,15 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
         log = RunLog(run_dir / LOG_NAME)
         with log.installed(), log.held():  # the terminal is the app's until it closes
             report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
-                                      control=control)
+                                      control=control, exports=exports)
     except JournalError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
     except (UnknownTheme, BackendError, RunDirError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
+        return ExitStatus.USAGE
+    except OSError as exc:
+        err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
         return ExitStatus.USAGE
     if report is None:
         err.print("the engine stopped before it could report")

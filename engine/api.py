@@ -18,9 +18,11 @@ from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
 from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.edges.exports import Exports, ExportSettings, exporting, parse_metrics_address
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source
+from warpdeck.engine.edges.trace_export import trace_recording
 from warpdeck.engine.run.calibrate import advise
 from warpdeck.engine.run.commands import (
     COMMAND_ADAPTER,
@@ -115,6 +117,8 @@ __all__ = [
     "EngineSnapshot",
     "EngineStatus",
     "ExitStatus",
+    "ExportSettings",
+    "Exports",
     "FeederState",
     "FeederView",
     "Figures",
@@ -165,13 +169,16 @@ __all__ = [
     "advise",
     "column_codes",
     "describe_bottleneck",
+    "exporting",
     "load_secret",
     "load_spec",
     "parse_broker",
+    "parse_metrics_address",
     "parse_spec",
     "read_recording",
     "run_pipeline",
     "select_backend",
+    "trace_recording",
 ]
 
 

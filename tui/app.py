@@ -176,6 +176,8 @@ class WarpdeckApp(CommandMode, App[int]):
             self.notify(str(error), title="theme file skipped", severity="warning", timeout=10)
         self._lay_out_screens()
         self.link.start(self.post_message)
+        if (metrics := getattr(self.link, "metrics_url", None)) is not None:  # --metrics: where to scrape
+            self.notify(metrics, title="metrics", timeout=10)
         self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
     async def on_unmount(self) -> None:

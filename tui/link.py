@@ -26,10 +26,12 @@ from warpdeck.engine.api import (
     CommandResult,
     Engine,
     EngineSnapshot,
+    ExportSettings,
     LoopThread,
     PipelineSpec,
     RunReport,
     TaskDetail,
+    exporting,
 )
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived
 
@@ -92,8 +94,11 @@ class EngineLink(_Refusals):
     owns_engine = True
 
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *, backend: Backend | None = None,
-                 readonly: bool = False, **engine_options: Any) -> None:
+                 readonly: bool = False, exports: ExportSettings | None = None, **engine_options: Any) -> None:
         super().__init__(readonly=readonly)
+        #: A trace file and a metrics endpoint written while the engine runs (``--trace``, ``--metrics``).
+        self.exports = exports
+        self.metrics_url: str | None = None
         self.spec = spec
         self.run_dir = run_dir
         self._backend = backend
@@ -148,7 +153,13 @@ class EngineLink(_Refusals):
 
     async def _run(self, stopping: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        async with Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options) as engine:
+        engine = Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options)
+        with exporting(self.exports, engine.events, engine.publisher, self.spec.name) as out:
+            self.metrics_url = out.metrics_url
+            await self._run_engine(engine, stopping)
+
+    async def _run_engine(self, engine: Engine, stopping: asyncio.Event) -> None:
+        async with engine:
             self._engine = engine
             engine.publisher.subscribe(lambda snap: self._deliver(SnapshotArrived(snap)))
             self._ready.set()
