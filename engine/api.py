@@ -11,11 +11,13 @@ from pathlib import Path
 
 from warpdeck.engine.backends import Backend, BackendError, select_backend
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
+from warpdeck.engine.control.link_meter import LinkView
 from warpdeck.engine.control.looping import LoopThread
 from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
+from warpdeck.engine.control.wire import WireError
 from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
 from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
 from warpdeck.engine.edges.exports import Exports, ExportSettings, exporting, parse_metrics_address
@@ -127,6 +129,7 @@ __all__ = [
     "JournalError",
     "LaneStatus",
     "LaneView",
+    "LinkView",
     "LoopThread",
     "OutageView",
     "Pause",
@@ -163,6 +166,7 @@ __all__ = [
     "TaskDetail",
     "TaskFailure",
     "TaskView",
+    "WireError",
     "WorkerConvicted",
     "WorkerState",
     "WorkerView",

@@ -56,8 +56,8 @@ _TEXT = 4096
 SummaryKind = Literal["command_refused", "message_dropped"]
 
 
-#: Events told per task: as many as the run has tasks (a backpressure stall lists up to 500 tasks
-#: each snapshot). They go out after the others and, when the queue is full, are dropped first, so
+#: Events told per task or per batch: as many as the run has failures and stalled batches (one per
+#: batch under backpressure). They go out after the others and, when the queue is full, are dropped first, so
 #: they never crowd out or hold back the few an operator must hear: verdicts, command outcomes (a
 #: sender waits for its answer), summaries of refusals and drops.
 PER_TASK: Final = frozenset(("task_failed", "stall_began", "stall_ended"))

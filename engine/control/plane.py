@@ -21,6 +21,8 @@ The decisions this module protects:
   workers' heartbeats measure (engine/control/lag.py).
 - It reconnects as every control-plane client does (``keep_connected``, engine/control/looping.py),
   with an ``offline`` Last Will; on the way out it flushes its events and says ``offline`` itself.
+- Telemetry fits a slow link (compressed frames within a budget: engine/control/telemetry.py), and
+  stalls are told per batch from the run's event stream, not per task from snapshots.
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, Worker
 from warpdeck.engine.control.outbox import EVENT_PUBLISHERS, EventQueue, Summaries, flush_events, send_events
 from warpdeck.engine.control.signing import Verifier
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
-from warpdeck.engine.control.telemetry import EventTracker, summarize
+from warpdeck.engine.control.telemetry import EventTracker, StallEvents, TelemetryFrames
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Heartbeat, WireError, decode, encode
 from warpdeck.engine.control.worker_auth import WorkerAuth
 from warpdeck.engine.control.worker_intake import WorkerIntake
 from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.run_events import RunEvents
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot
 
 __all__ = ["ControlPlane", "ControlSettings"]
@@ -101,6 +104,7 @@ class ControlPlane:
         latest: Callable[[], EngineSnapshot | None],
         command: Callable[[Command], Awaitable[CommandResult]],
         on_verdict: Callable[[Verdict], None] | None = None,
+        run_events: RunEvents | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -124,6 +128,10 @@ class ControlPlane:
         #: Every event on its way out; when full the oldest goes (per-task events first), counted in
         #: ``events.dropped``: never in ``dropped``, which counts what others sent.
         self.events = EventQueue()
+        #: The run's stall events (one per batch), told as events; telemetry frames and failures.
+        self.stalls = StallEvents()
+        self._unheard = run_events.subscribe(self.stalls.on_run_event) if run_events is not None else None
+        self.frames, self._failures = TelemetryFrames(), EventTracker()
         self._commands = CommandIntake(self.verifier, command, self.summaries, self.events)
         #: Commands refused, by reason (the command intake's count).
         self.refused = self._commands.refused
@@ -158,6 +166,8 @@ class ControlPlane:
     def stop(self, timeout: float = 12.0) -> None:
         """Say goodbye (graceful worker death, engine offline) and stop the broker if it is ours.
         ``timeout`` covers the heartbeaters' and the broker's own stops (5 s each at most)."""
+        if self._unheard is not None:
+            self._unheard()
         self._thread.stop(timeout)
 
     def epoch_of(self, worker_id: str) -> int:
@@ -343,17 +353,13 @@ class ControlPlane:
 
     async def _publish_loop(self, client: Any, stopping: asyncio.Event) -> None:
         period = 1.0 / self.settings.telemetry_hz
-        tracker = EventTracker()
-        since, seq = 0.0, -1
+        seq = -1
         while not stopping.is_set():
             snap = self._latest()
             if snap is not None and snap.seq != seq:
                 seq = snap.seq
-                tel = summarize(snap, since, self.view())
-                if tel.timeline:
-                    since = max(r.end for r in tel.timeline)
-                await client.publish(self.topics.telemetry, encode(tel), qos=0)
-                for ev in tracker.events(snap):
+                await client.publish(self.topics.telemetry, self.frames.frame(snap, self.view()), qos=0)
+                for ev in self._failures.events(snap):
                     self.events.put(ev)
             await self._intake.tell(client)  # retained deaths for the convicted, and their clearing
             with contextlib.suppress(TimeoutError):
@@ -379,7 +385,7 @@ class ControlPlane:
             self._measure_lag(now)
             verdicts = self.monitor.tick(now)
             self._intake.forget()
-            for ev in self.summaries.due():
+            for ev in (*self.summaries.due(), *self.stalls.drain()):
                 self.events.put(ev)
             for verdict in verdicts:
                 self.verdicts.append(verdict)

@@ -8,15 +8,20 @@ The decisions this module protects:
   never waits on the network; it reconnects with backoff.
 - A command is matched to its answer by the nonce it was signed with; no answer within the timeout
   is reported as such, never guessed.
-- ``--record FILE`` keeps every telemetry message as it came (one JSON object per line), which
-  ``replay`` plays back.
+- ``--record FILE`` keeps every telemetry message as it came, inflated (one JSON object per line),
+  which ``replay`` plays back.
+- The link is measured as frames arrive (engine/control/link_meter.py) and its view rides on each
+  snapshot; while nothing arrives, the latest snapshot is handed over again once a second with the
+  link's view brought up to date, so an attached room shows the silence growing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -26,11 +31,13 @@ from typing import IO, Any
 import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.compact import unpack_record
+from warpdeck.engine.control.link_meter import LinkMeter, LinkView
 from warpdeck.engine.control.looping import LoopThread, keep_connected
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode
+from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode, plain
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
@@ -41,6 +48,8 @@ __all__ = ["RemoteEngine", "read_recording"]
 _TELEMETRY = frozenset(("telemetry",))
 _EVENTS = frozenset(("event",))
 _STATE = frozenset(("engine_state",))
+#: While no frame arrives, the latest snapshot goes out again this often with the link's view.
+_SILENCE_TICK_S = 1.0
 
 
 class RemoteEngine:
@@ -63,6 +72,8 @@ class RemoteEngine:
         self.events: deque[Event] = deque(maxlen=1000)
         self.latest: EngineSnapshot | None = None
         self._timeline: deque[BatchRecord] = deque(maxlen=2048)
+        #: The link as frames arrive: bytes and frames a second, lag, frames lost (``link``).
+        self.meter = LinkMeter()
         self._answers: dict[str, asyncio.Future[Event]] = {}
         self._client: Any = None
         self._thread = LoopThread("warpdeck-attach", self._main)
@@ -70,6 +81,11 @@ class RemoteEngine:
     @property
     def can_command(self) -> bool:
         return self._signer is not None
+
+    @property
+    def link(self) -> LinkView:
+        """The link as of now (any thread)."""
+        return self.meter.view(time.monotonic(), self.connected.is_set())
 
     # -- lifecycle (any thread) ---------------------------------------------------------------
     def start(self) -> None:
@@ -130,8 +146,30 @@ class RemoteEngine:
                 self._client = None
                 self.connected.clear()
 
-        await keep_connected(stopping, lambda: {**self.address.client_kwargs(), "keepalive": 5,
-                                                "max_queued_incoming_messages": 10_000}, session, lost)
+        ticker = asyncio.create_task(self._tell_silence(stopping), name="wd-attach-silence")
+        try:
+            await keep_connected(stopping, lambda: {**self.address.client_kwargs(), "keepalive": 5,
+                                                    "max_queued_incoming_messages": 10_000}, session, lost)
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+
+    async def _tell_silence(self, stopping: asyncio.Event) -> None:
+        """While no frame arrives (or the broker is away), hand the latest snapshot over again with
+        the link's view of now."""
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_SILENCE_TICK_S):
+                    await stopping.wait()
+            snap, link = self.latest, self.link
+            if snap is not None and (not link.connected or (link.silent_s or 0.0) >= _SILENCE_TICK_S):
+                self._deliver(dataclasses.replace(snap, link=link))
+
+    def _deliver(self, snap: EngineSnapshot) -> None:
+        self.latest = snap
+        if self.on_snapshot is not None:
+            self.on_snapshot(snap)
 
     async def _read(self, client: Any) -> None:
         async for message in client.messages:
@@ -157,16 +195,20 @@ class RemoteEngine:
                 self.dropped.drop(exc)
 
     def _on_telemetry(self, payload: bytes | bytearray) -> None:
-        tel = decode(payload, _TELEMETRY)
+        mono, wall = time.monotonic(), time.time()
+        try:
+            raw = plain(payload)
+            tel = decode(raw, _TELEMETRY)
+        except WireError as exc:
+            self.meter.on_refused(str(exc))
+            raise
         assert isinstance(tel, Telemetry)
+        self.meter.on_frame(len(payload), tel.sent, tel.frame, mono, wall)
         if self._record is not None:
-            self._record.write(bytes(payload).decode() + "\n")
+            self._record.write(raw.decode() + "\n")
             self._record.flush()
-        self._timeline.extend(tel.timeline)
-        snap = snapshot_from(tel, tuple(self._timeline))
-        self.latest = snap
-        if self.on_snapshot is not None:
-            self.on_snapshot(snap)
+        self._timeline.extend(unpack_record(p) for p in tel.timeline)
+        self._deliver(snapshot_from(tel, tuple(self._timeline), self.meter.view(mono, self.connected.is_set())))
 
     async def _send(self, cmd: Command) -> CommandResult:
         client = self._client
@@ -188,15 +230,18 @@ class RemoteEngine:
         return CommandResult(ev.what == "command_applied", ev.affected, ev.reason)
 
 
-def read_recording(path: Path) -> Iterator[EngineSnapshot]:
-    """The snapshots of a ``--record`` file, in order (lines that are not telemetry are skipped)."""
+def read_recording(path: Path, refused: list[WireError] | None = None) -> Iterator[EngineSnapshot]:
+    """The snapshots of a ``--record`` file, in order. Lines that are not telemetry this build reads
+    are skipped, and added to ``refused`` when given (a recording of another telemetry version)."""
     timeline: deque[BatchRecord] = deque(maxlen=2048)
     with path.open(encoding="utf-8") as f:
         for line in f:
             try:
                 tel = decode(line.strip(), _TELEMETRY)
-            except WireError:
+            except WireError as exc:
+                if refused is not None:
+                    refused.append(exc)
                 continue
             assert isinstance(tel, Telemetry)
-            timeline.extend(tel.timeline)
+            timeline.extend(unpack_record(p) for p in tel.timeline)
             yield snapshot_from(tel, tuple(timeline))

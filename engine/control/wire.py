@@ -12,12 +12,18 @@ Every number on the wire is finite: the models refuse NaN and infinities (``inva
 fields and in every dataclass they carry, so no comparison downstream meets a NaN (``NaN > 30`` is
 false: a NaN timestamp or interval would pass every check written as "refuse if too large"). The one
 exception is the Amdahl ceiling in telemetry's figures, which is +inf until a serial part is measured.
+
+Telemetry, large and frequent, must cross a 1 Mbit/s link (DESIGN.md section 9): it goes zlib-compressed
+(``encode_telemetry``); ``decode`` knows it by zlib's first byte (never ``{``) and inflates at most
+``MAX_BYTES["telemetry"]``, so a bomb costs no more than a plain payload (plain JSON is read too). Each
+kind has its schema version (``VERSIONS``: telemetry 2, the rest 1); another is refused as ``version``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import zlib
 from collections import Counter
 from typing import Annotated, Any, Final, Literal
 
@@ -29,12 +35,13 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
 )
 from pydantic_core import PydanticCustomError, from_json
 
+from warpdeck.engine.control.compact import MAX_COLUMN_KEYS, ColumnItem, PackedRecord, run_length
 from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.metrics import Figures
-from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
@@ -50,6 +57,8 @@ __all__ = [
     "MAX_BYTES",
     "PAYLOAD_ADAPTER",
     "SCHEMA_VERSION",
+    "TELEMETRY_VERSION",
+    "VERSIONS",
     "Birth",
     "Death",
     "DeviceStats",
@@ -63,9 +72,12 @@ __all__ = [
     "WireError",
     "decode",
     "encode",
+    "encode_telemetry",
+    "plain",
 ]
 
 SCHEMA_VERSION: Final = 1
+TELEMETRY_VERSION: Final = 2  # since its frames were made to fit a slow link (docs/control-plane.md)
 #: Largest payload accepted per kind; anything bigger is dropped before it is parsed.
 MAX_BYTES: Final[dict[str, int]] = {
     "birth": 8 * 1024,
@@ -76,6 +88,8 @@ MAX_BYTES: Final[dict[str, int]] = {
     "cmd": 16 * 1024,
     "telemetry": 4 * 1024 * 1024,
 }
+#: The schema version this build speaks, per kind.
+VERSIONS: Final[dict[str, int]] = {**dict.fromkeys(MAX_BYTES, SCHEMA_VERSION), "telemetry": TELEMETRY_VERSION}
 _LARGEST = max(MAX_BYTES.values())
 _Id = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 _Text = Annotated[str, Field(max_length=4096)]
@@ -188,7 +202,14 @@ class Event(_Wire):
     affected: int = 0
     """For command outcomes: how many tasks the command touched."""
     count: int = Field(ge=0, default=0)
-    """For refusals and drops (told per reason, at most once a second): how many since the last; 0 otherwise."""
+    """For refusals and drops (told per reason, at most once a second): how many since the last; for a
+    stall: how many tasks it holds (a batch's, or those waiting in the queue); 0 otherwise."""
+    batch: int = Field(ge=-1, default=-1)
+    """For a stall: the batch held (-1: tasks waiting in the queue, as a pause holds them)."""
+    lane: int = Field(ge=-1, default=-1)
+    """For a stall: the lane of its batch (-1: none)."""
+    lasted_s: float = Field(ge=0, default=0.0)
+    """For a stall that ended: how long it lasted."""
 
 
 _CEILINGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, Annotated[float, Field(ge=0, allow_inf_nan=True)]])
@@ -212,10 +233,15 @@ def _open_ceiling(value: Any, handler: ValidatorFunctionWrapHandler) -> Figures:
 _Figures = Annotated[Figures, WrapValidator(_open_ceiling)]
 
 
-class Telemetry(_Wire):
-    """A snapshot summary: enough for an attached control room to draw every screen. Task lists
-    are samples (``columns``: at most a few hundred keys per board column), not the whole table."""
+class Telemetry(BaseModel):
+    """A snapshot summary: enough for an attached control room to draw every screen. Counts,
+    figures, lanes, feeder and workers are exact; task lists are samples (``columns``: at most a
+    few hundred keys per board column, as runs: ``compact.key_runs``), and what the samples of
+    stalled tasks, failures and batch records left out is counted."""
 
+    model_config = _WIRE_CONFIG
+
+    v: Literal[2] = TELEMETRY_VERSION
     kind: Literal["telemetry"] = "telemetry"
     seq: int = Field(ge=0)
     t: float
@@ -231,12 +257,38 @@ class Telemetry(_Wire):
     workers: tuple[WorkerView, ...] = ()
     stalled: tuple[StalledTask, ...] = Field(default=(), max_length=1000)
     failures: tuple[TaskFailure, ...] = Field(default=(), max_length=1000)
-    timeline: tuple[BatchRecord, ...] = Field(default=(), max_length=4096)
-    """Batch records finished since the previous telemetry message."""
-    columns: dict[str, tuple[str, ...]] = {}
+    timeline: tuple[PackedRecord, ...] = Field(default=(), max_length=4096)
+    """Batch records finished since the previous telemetry message (``compact.pack_record``: times in
+    microseconds since the engine started), the newest if there were more than a frame carries."""
+    columns: Annotated[dict[Annotated[str, Field(max_length=32)],
+                            Annotated[tuple[ColumnItem, ...], Field(max_length=MAX_COLUMN_KEYS)]],
+                       Field(max_length=32)] = {}
+    """Each board column's sample of keys (``ColumnName``; others are for a later build) as runs
+    (``compact.key_runs``): the head of the queue and of each phase, the first stalled, the newest
+    done, failed and cancelled."""
     control: ControlView | None = None
     outage: OutageView | None = None
     """Set while an outage holds the run (engine/run/outage.py)."""
+    stalled_left_out: int = Field(ge=0, default=0)
+    """Stalled tasks not in ``stalled`` (the counts have them all)."""
+    failures_left_out: int = Field(ge=0, default=0)
+    """Failed tasks not in ``failures``."""
+    records_left_out: int = Field(ge=0, default=0)
+    """Batch records finished since the previous message and not in ``timeline`` (more than fit)."""
+    sent: float = Field(ge=0, default=0.0)
+    """When the engine sent it (Unix seconds, its own clock): an attached room's lag."""
+    frame: int = Field(ge=0, default=0)
+    """Frames the engine's plane has sent before this one: a gap is a frame lost on the way."""
+
+    @field_validator("columns")
+    @classmethod
+    def _runs(cls, columns: dict[str, tuple[str | int, ...]]) -> dict[str, tuple[str | int, ...]]:
+        for name, runs in columns.items():
+            if runs and not isinstance(runs[0], str):
+                raise ValueError(f"{name}: a run must follow a key")
+            if run_length(runs) > MAX_COLUMN_KEYS:
+                raise ValueError(f"{name}: more than {MAX_COLUMN_KEYS} keys")
+        return columns
 
 
 class SignedCommand(_Wire):
@@ -254,10 +306,12 @@ Payload = Annotated[
     Birth | Heartbeat | Death | EngineState | Event | Telemetry | SignedCommand, Field(discriminator="kind")
 ]
 PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
-_MODELS: dict[str, type[_Wire]] = {"birth": Birth, "hb": Heartbeat, "death": Death, "engine_state": EngineState,
+_MODELS: dict[str, type[BaseModel]] = {"birth": Birth, "hb": Heartbeat, "death": Death, "engine_state": EngineState,
                                    "event": Event, "telemetry": Telemetry, "cmd": SignedCommand}
 _KINDS = frozenset(MAX_BYTES)
 _JSON_SPACE = b" \t\r\n"
+#: The first byte of a zlib stream with the default window (never the start of a JSON object).
+_ZLIB = b"\x78"
 
 
 class WireError(ValueError):
@@ -274,8 +328,36 @@ def encode(msg: BaseModel) -> bytes:
     return msg.model_dump_json().encode()
 
 
+def encode_telemetry(tel: Telemetry, level: int = 6) -> bytes:
+    """Telemetry as the plane publishes it: its JSON, zlib-compressed (``decode`` inflates it)."""
+    return zlib.compress(encode(tel), level)
+
+
+def plain(payload: bytes | bytearray) -> bytes:
+    """``payload`` as JSON: a compressed telemetry frame inflated (at most ``MAX_BYTES["telemetry"]``),
+    anything else as it is. Raises ``WireError`` (``oversized``, ``malformed``)."""
+    raw = bytes(payload)
+    return _inflate(raw) if raw[:1] == _ZLIB else raw
+
+
+def _inflate(raw: bytes) -> bytes:
+    limit = MAX_BYTES["telemetry"]
+    if len(raw) > limit:
+        raise WireError("oversized", f"{len(raw)} compressed bytes (at most {limit})")
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(raw, limit)
+    except zlib.error as exc:
+        raise WireError("malformed", f"not zlib: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise WireError("oversized", f"inflates past {limit} bytes")
+    if not inflater.eof:
+        raise WireError("malformed", "a truncated zlib stream")
+    return out
+
+
 @functools.cache
-def _plan(expect: frozenset[str]) -> tuple[int, type[_Wire] | None]:
+def _plan(expect: frozenset[str]) -> tuple[int, type[BaseModel] | None]:
     """For the kinds a topic may carry: the size limit, and the one model when there is one
     (worked out once per topic kind, not per message)."""
     model = _MODELS[next(iter(expect))] if len(expect) == 1 else None
@@ -291,9 +373,14 @@ def decode(payload: bytes | bytearray | str, expect: frozenset[str] | None = Non
     if len(raw) > limit:
         raise WireError("oversized", f"{len(raw)} bytes (at most {limit})")
     # Every payload is an object: junk goes cheaply. Ours start with "{" (no copy of the payload for
-    # them: this is every heartbeat's path); only one that does not is stripped of leading space.
-    if raw[:1] != b"{" and not raw.lstrip(_JSON_SPACE).startswith(b"{"):
-        raise WireError("malformed", "not a JSON object")
+    # them: this is every heartbeat's path), or are compressed telemetry; only one that is neither is
+    # stripped of leading space.
+    inflated = False
+    if raw[:1] != b"{":
+        if raw[:1] == _ZLIB and (expect is None or "telemetry" in expect):
+            raw, inflated = _inflate(raw), True
+        if not raw.lstrip(_JSON_SPACE).startswith(b"{"):
+            raise WireError("malformed", "not a JSON object")
     refused: ValidationError | None = None
     if model is not None:
         # The common case (a heartbeat on its topic): one pass of pydantic's own JSON parser. Anything
@@ -315,10 +402,13 @@ def decode(payload: bytes | bytearray | str, expect: frozenset[str] | None = Non
         raise WireError("unknown_kind", f"kind {kind!r}")
     if expect is not None and kind not in expect:
         raise WireError("wrong_kind", f"{kind!r} on a topic for {sorted(expect)}")
+    if inflated and kind != "telemetry":
+        raise WireError("wrong_kind", f"{kind!r} compressed: only telemetry is")
     if len(raw) > MAX_BYTES[kind]:
         raise WireError("oversized", f"{len(raw)} bytes for {kind} (at most {MAX_BYTES[kind]})")
-    if obj.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise WireError("version", f"schema version {obj.get('v')!r}, this build speaks {SCHEMA_VERSION}")
+    version = VERSIONS[kind]
+    if obj.get("v", version) != version:
+        raise WireError("version", f"{kind} schema version {obj.get('v')!r}, this build speaks {version}")
     if refused is None:  # (with one model, its refusal above says why: validating again costs as much)
         try:
             return PAYLOAD_ADAPTER.validate_python(obj)

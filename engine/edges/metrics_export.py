@@ -17,10 +17,8 @@ The decisions this module protects:
 - Counters never go down. What the snapshot counts (finished tasks, the control plane's refusals
   and drops) can (a retried failure leaves ``failed``; a control plane counts afresh): the counters
   add up its increases only.
-- Bytes moved: a batch record's ``nbytes`` is its input (tasks x the key's input bytes,
-  engine/run/lanes.py), counted as h2d once its h2d ended. Its output's size is in the run's stage
-  plans, which no event carries: d2h is counted only when the caller passes ``out_nbytes`` (bytes of
-  one task's output for a record's key), and is absent otherwise rather than wrong.
+- Bytes moved: a batch record's ``nbytes`` (its inputs) count as h2d once its h2d ended, its
+  ``out_nbytes`` (its outputs) as d2h once its d2h ended (engine/run/lanes.py).
 """
 
 from __future__ import annotations
@@ -130,10 +128,10 @@ class _Increases:
 class _Counters:
     """The loop's side: counters the events and snapshots bump (only ever on the engine's loop)."""
 
-    def __init__(self, out_nbytes: Callable[[str], int] | None) -> None:
+    def __init__(self) -> None:
         self.batches: dict[tuple[str, str], int] = {}
         self.busy_s: dict[tuple[str, str], float] = {}
-        self.moved = dict.fromkeys(("h2d", "d2h") if out_nbytes is not None else ("h2d",), 0)
+        self.moved = dict.fromkeys(("h2d", "d2h"), 0)
         self.stalls = dict.fromkeys(_STALLS, 0)
         self.stall_s = dict.fromkeys(_STALLS, 0.0)
         self.convictions = dict.fromkeys(CONVICTION_CAUSES, 0)
@@ -143,8 +141,6 @@ class _Counters:
         self.wire_refused = _Increases()
         self.dropped = _Increases()
         self.reconnects = _Increases()
-        self._out_nbytes = out_nbytes
-        self._out_by_key: dict[str, int] = {}
         self._queue_stall_since: dict[str, float] = {}
 
     def batch(self, rec: BatchRecord) -> None:
@@ -156,11 +152,8 @@ class _Counters:
                 self.busy_s[lane, name] = self.busy_s.get((lane, name), 0.0) + (t1 - t0)
         if rec.phases[_H2D][1]:
             self.moved["h2d"] += rec.nbytes
-        if rec.phases[_D2H][1] and self._out_nbytes is not None:
-            out = self._out_by_key.get(rec.key)
-            if out is None:
-                out = self._out_by_key[rec.key] = self._out_nbytes(rec.key)
-            self.moved["d2h"] += rec.tasks * out
+        if rec.phases[_D2H][1]:
+            self.moved["d2h"] += rec.out_nbytes
 
     def stall(self, ev: StallEvent) -> None:
         if ev.began:
@@ -200,14 +193,11 @@ class MetricsExporter:
 
     Subscribe it to the run: ``engine.events.subscribe(x.on_event)`` and
     ``engine.publisher.subscribe(x.on_snapshot)``; both are called on the engine's loop and return
-    at once. ``port`` 0 takes a free port. ``out_nbytes``: bytes of one task's output for a batch
-    record's key (the run's stage plans know it); without it, bytes moved device-to-host are not
-    exported. Raises ``MetricsBindError`` when it cannot listen."""
+    at once. ``port`` 0 takes a free port. Raises ``MetricsBindError`` when it cannot listen."""
 
-    def __init__(self, host: str, port: int, pipeline: str, *,
-                 out_nbytes: Callable[[str], int] | None = None) -> None:
+    def __init__(self, host: str, port: int, pipeline: str) -> None:
         self.pipeline = pipeline
-        self._counters = _Counters(out_nbytes)
+        self._counters = _Counters()
         self._scrape = _Scrape(None, self._counters.freeze())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_RunCollector(pipeline, lambda: self._scrape))

@@ -373,7 +373,7 @@ class Engine:
                           _probe(lanes, nvml)))
         self.control = ControlPlane(settings, Topics(self.spec.name), workers=local,
                                     latest=lambda: self.publisher.latest, command=self.command,
-                                    on_verdict=self._on_verdict)
+                                    on_verdict=self._on_verdict, run_events=self.events)
         self.control.start()
 
     async def _start_executor(self, executor: RayExecutor) -> None:

@@ -434,4 +434,5 @@ class Lane:
 
     def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,
-                           tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes, phase_cpu(markers))
+                           tuple(phase_spans(markers)), ok, len(batch) * batch.key.nbytes, phase_cpu(markers),
+                           len(batch) * self.plan_for(batch.key).out_nbytes)

@@ -283,4 +283,4 @@ class RayLane:
                     phases[p - 1] = (t0 + shift, t1 + shift)
         slot = outcome.slot if outcome is not None else -1
         return BatchRecord(batch.id, self.id, slot, len(batch), str(batch.key), batch.formed_at, tuple(phases), ok,
-                           len(batch) * batch.key.nbytes)
+                           len(batch) * batch.key.nbytes, out_nbytes=len(batch) * self.plan_for(batch.key).out_nbytes)

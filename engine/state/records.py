@@ -60,7 +60,8 @@ class BatchRecord:
 
     ``phases`` holds (start, end) per phase in RUN_PHASES order, on ``time.perf_counter``'s
     clock; (0, 0) for a phase the batch never reached. ``cpu`` holds the CPU seconds each phase's
-    thread spent on it (empty when not measured: a remote lane's record)."""
+    thread spent on it (empty when not measured: a remote lane's record). ``nbytes`` are the batch's
+    inputs (what h2d copies), ``out_nbytes`` its outputs (what d2h copies)."""
 
     batch: int
     lane: int
@@ -72,6 +73,7 @@ class BatchRecord:
     ok: bool
     nbytes: int
     cpu: tuple[float, ...] = ()
+    out_nbytes: int = 0
 
     def duration(self, phase: Phase) -> float:
         t0, t1 = self.phases[phase - 1]

@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.control.link_meter import LinkView
 from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
@@ -293,6 +294,8 @@ class EngineSnapshot:
     control: ControlView | None = None
     #: Set while writes are held by a full, read-only or failing disk (engine/run/outage.py).
     outage: OutageView | None = None
+    #: In an attached control room: its link to the engine (engine/control/link_meter.py); else None.
+    link: LinkView | None = None
 
     @property
     def finished(self) -> bool:

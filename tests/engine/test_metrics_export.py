@@ -70,7 +70,7 @@ class _Run:
 
 @contextlib.asynccontextmanager
 async def _serve(count: int, stage: str = "wd_stages:sleep_100ms") -> AsyncIterator[_Run]:
-    exporter = MetricsExporter("127.0.0.1", 0, "metrics", out_nbytes=lambda key: OUT_BYTES)
+    exporter = MetricsExporter("127.0.0.1", 0, "metrics")
     try:
         async with Engine(_spec(count, stage)) as engine:  # type: ignore[arg-type]
             heard: list[RunEvent] = []

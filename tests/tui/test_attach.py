@@ -3,15 +3,20 @@ as the engine itself, and its keys send signed commands the engine applies."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
 from wd_tui import SIZE, until
 
-from warpdeck.engine.api import Pause
+from warpdeck.engine.api import LinkView, Pause
 from warpdeck.tui.app import WarpdeckApp
-from warpdeck.tui.attach import AttachLink, replay_link
+from warpdeck.tui.attach import AttachLink, link_words, replay_link
+from warpdeck.tui.link import StreamLink
+from warpdeck.tui.synthetic import SyntheticRun
+from warpdeck.tui.widgets.status_bar import StatusBar
 
 SECRET = b"attach-tui-secret-0123456789"
 
@@ -32,6 +37,10 @@ async def test_attached_counts_match_the_engine_and_keys_command_it(mosquitto: M
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq > seq + 1)
             assert app.snapshot.counts == et.snapshot().counts
             assert app.snapshot.pipeline == "attach"
+            # The status bar tells the link: frames and bytes a second, and the lag.
+            await until(pilot, lambda: "lag" in str(app.screen.query_one(StatusBar).render()))
+            line = str(app.screen.query_one(StatusBar).render())
+            assert "⇄" in line and "/s" in line, line
             await pilot.press("q")  # detaches at once: the engine is not ours to stop
         assert app.return_code == 0
         assert not eng.feeder.draining and et.engine is not None and not et.finished()
@@ -55,3 +64,34 @@ async def test_readonly_attach_sends_nothing(mosquitto: Mosquitto, tmp_path: Pat
             assert not link.sent[0].result.ok and "read-only" in link.sent[0].result.message
             assert not et.engine.feeder.paused  # type: ignore[union-attr]
         link.stop()
+
+
+_STEADY = LinkView(True, 3_200.0, 4.0, 0.042, 0.0, 0.1, 0)
+
+
+@pytest.mark.parametrize(("link", "words"), [
+    (_STEADY, "⇄ 4.0/s 3.1 KB/s lag 42ms"),
+    (LinkView(True, 3_200.0, 4.0, 2.7, 2.5, 0.1, 3), "⇄ 4.0/s 3.1 KB/s lag 2.7s behind 2.5s lost 3"),
+    (LinkView(True, 0.0, 0.0, 0.05, 0.0, 12.4, 0), "⇄ no telemetry for 12s"),
+    (LinkView(False, 0.0, 0.0, 0.05, 0.0, 30.0, 0), "⇄ broker lost: reconnecting"),
+    (LinkView(True, 0.0, 0.0, None, 0.0, None, 0, "version: telemetry schema version 3, this build speaks 2"),
+     "⇄ no telemetry yet · refused version"),
+], ids=["steady", "behind", "silent", "broker-lost", "refused"])
+def test_the_link_in_a_few_words(link: LinkView, words: str) -> None:
+    assert link_words(link) == words
+
+
+async def test_the_status_bar_shows_the_link_of_an_attached_room(tmp_path: Path) -> None:
+    snaps = [dataclasses.replace(s, link=_STEADY) for s in SyntheticRun(2_000).stream(0.5, 3)]
+    app = WarpdeckApp(StreamLink(snaps, interval=0.0), screenshot_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq == 3)
+        await pilot.pause()
+        assert "⇄ 4.0/s 3.1 KB/s lag 42ms" in str(app.screen.query_one(StatusBar).render())
+
+
+def test_a_recording_of_another_telemetry_version_is_refused_by_name(tmp_path: Path) -> None:
+    old = tmp_path / "old.jsonl"
+    old.write_text('{"kind": "telemetry", "v": 1, "seq": 1}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="telemetry schema version 1, this build speaks 2"):
+        replay_link(old)

@@ -5,7 +5,8 @@ it names follows the run as it is now (paused, draining, stalled because every w
 quarantined, finished, drained), and failed and cancelled tasks are counted side by side. When
 the line is wider than the terminal it drops whole parts, least important first (the backend, the
 other screens' tabs, the elapsed time), marks the gap with ``…``, and abbreviates its counts
-before it drops the run's status or progress.
+before it drops the run's status or progress. An attached room's line also tells its link to the
+engine (``tui/attach.py``, ``link_words``): a room that shows a run must say how stale it may be.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from textual.widget import Widget
 
 from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot, EngineStatus
 from warpdeck.tui.app_access import warpdeck_app
+from warpdeck.tui.attach import link_words
 from warpdeck.tui.fit import Part, count_forms, fit_parts
 
 __all__ = ["StatusBar", "run_state"]
@@ -130,6 +132,8 @@ class StatusBar(Widget):
         note = app.readonly_note
         if note:
             add(f"{note}{_GAP}", 1, "italic")
+        if snap is not None and snap.link is not None:  # attached: the link to the engine (tui/attach.py)
+            add(f"{link_words(snap.link)}{_GAP}", 1, "italic")
         for name, label in _SCREENS:
             current = name == self.screen_name
             add(Text(f" {label} ", "reverse bold" if current else ""), 1 if current else 4)
