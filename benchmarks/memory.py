@@ -13,6 +13,10 @@ Figures:
                        ``Engine.snapshot`` does for its TaskView; median of 50, microseconds
   engine.snapshot()    a whole ``Engine.snapshot()`` of an idle engine holding that table (the
                        TUI's 10 Hz call): median of 10, milliseconds
+  batch log            then, in the same process, a ``BatchLog`` (engine/state/batch_log.py: a task's
+                       story) given one batch per task, the worst case (batch size 1), each started
+                       and finished through its public calls: RSS growth and its columns' bytes
+  table + batch log    the two growths together: what a million tasks cost with their stories
 
 Target (DESIGN.md): <= 300 MB for 1 000 000 queued tasks. The snapshot budget shown is 100 ms
 (10 Hz); the column copy is shown against 1 ms (tasks.py: "copy the state columns in microseconds").
@@ -78,19 +82,48 @@ def child(n: int) -> dict[str, Any]:
     spec = parse_spec({"name": "bench-memory", "backend": "numpy", "source": {"kind": "synthetic", "count": 1,
                        "shape": [1]}, "sink": {"kind": "null"}, "stages": [{"fn": "_stages:noop"}]})
     eng = Engine(spec, "/nonexistent-unused", source=IterableSource([]))
-    eng.table = table
+    eng.state.table = table  # the snapshot builder reads the run state's table
     snap_times = []
     for _ in range(10):
         c0 = time.perf_counter()
         snap = eng.snapshot()
         snap_times.append(time.perf_counter() - c0)
     assert snap.counts.queued == n
+    del snap, eng
+    log_mb, log_bytes, log_s = _batch_log(n, table)
     return {
         "tasks": n, "rss_before_mb": before / MB, "rss_after_mb": after / MB, "rss_growth_mb": (after - before) / MB,
         "peak_growth_mb": max(0, peak - before) / MB, "bytes_per_task": (after - before) / n,
         "column_bytes_mb": column_bytes / MB, "capacity": len(table.state), "build_s": build_s,
         "column_copy_us": copy_us, "snapshot_ms": float(np.median(snap_times)) * 1e3,
+        "batch_log_growth_mb": log_mb, "batch_log_column_mb": log_bytes / MB, "batch_log_fill_s": log_s,
+        "total_growth_mb": (after - before) / MB + log_mb,
+        "peak_total_growth_mb": max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before) / MB,
     }
+
+
+def _batch_log(n: int, table: Any) -> tuple[float, int, float]:
+    """RSS growth (MB), column bytes and fill time of a batch log holding ``n`` batches of one task."""
+    import numpy as np  # noqa: PLC0415
+
+    from warpdeck.engine.edges.sources import BatchKey  # noqa: PLC0415
+    from warpdeck.engine.run.batching import Batch  # noqa: PLC0415
+    from warpdeck.engine.state.batch_log import BatchLog  # noqa: PLC0415
+    from warpdeck.engine.state.records import BatchRecord  # noqa: PLC0415
+
+    before = _rss_bytes()
+    t0 = time.perf_counter()
+    log = BatchLog()
+    key = BatchKey("bench", (1024,), "float32")
+    formed, p = time.monotonic(), time.perf_counter()
+    phases = tuple((p + k * 1e-3, p + k * 1e-3 + 5e-4) for k in range(5))
+    for i in range(n):
+        row = np.array([i], np.int64)
+        log.started(Batch(i, key, row, [], formed, lane=0, slot=i % 2), "bench/cpu", 1, table)
+        log.finished(BatchRecord(i, 0, i % 2, 1, str(key), formed, phases, True, 4096))
+    fill_s = time.perf_counter() - t0
+    assert log.get(n - 1) is not None
+    return (_rss_bytes() - before) / MB, log.nbytes, fill_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
          verdict(r["column_copy_us"] <= COPY_TARGET_US)],
         ["Engine.snapshot() holding the table", f"{r['snapshot_ms']:.1f} ms", f"<= {SNAPSHOT_BUDGET_MS:g} ms",
          verdict(r["snapshot_ms"] <= SNAPSHOT_BUDGET_MS)],
+        [f"batch log, {n:,} batches of one task (RSS)", f"{r['batch_log_growth_mb']:.1f} MB",
+         f"columns {r['batch_log_column_mb']:.1f} MB", verdict(None)],
+        ["  fill time (started + finished per batch)", f"{r['batch_log_fill_s'] * 1e3:.0f} ms", "", verdict(None)],
+        ["table + batch log (RSS growth)", f"{r['total_growth_mb']:.1f} MB", f"<= {target_mb:g} MB",
+         verdict(r["total_growth_mb"] <= target_mb)],
+        ["  peak (ru_maxrss)", f"{r['peak_total_growth_mb']:.1f} MB", f"<= {target_mb:g} MB",
+         verdict(r["peak_total_growth_mb"] <= target_mb)],
     ]
     print_table(f"memory: TaskTable with {n:,} queued tasks (fresh subprocess; RSS before "
                 f"{r['rss_before_mb']:.1f} MB)", ["figure", "measured", "target", "result"], rows,

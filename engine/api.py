@@ -75,6 +75,7 @@ from warpdeck.engine.state.snapshot import (
     TaskView,
     WorkerView,
 )
+from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
 from warpdeck.engine.state.tasks import (
     ALL_QUARANTINED,
     AttemptOutcome,
@@ -100,6 +101,7 @@ __all__ = [
     "UNAUTHENTICATED",
     "Advice",
     "AttemptOutcome",
+    "AttemptStory",
     "Backend",
     "BackendAdvice",
     "BackendError",
@@ -135,6 +137,7 @@ __all__ = [
     "Pause",
     "Phase",
     "PhaseName",
+    "PhaseTime",
     "PipelineSpec",
     "Quarantine",
     "Release",
@@ -156,12 +159,14 @@ __all__ = [
     "SpecError",
     "SpecIssue",
     "SpecMismatch",
+    "StallEpisode",
     "StallEvent",
     "StallName",
     "StallReason",
     "StalledTask",
     "State",
     "StateName",
+    "StoryOutcome",
     "TaskAttempt",
     "TaskDetail",
     "TaskFailure",
@@ -181,6 +186,7 @@ __all__ = [
     "parse_spec",
     "read_recording",
     "run_pipeline",
+    "seconds_text",
     "select_backend",
     "trace_recording",
 ]

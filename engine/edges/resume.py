@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, ResumeState
 from warpdeck.engine.edges.sinks import DurableSink, Sink
-from warpdeck.engine.edges.sources import SAFE_KEY, Source, TaskInput, source_produces
+from warpdeck.engine.edges.sources import SAFE_KEY, Source, TaskInput, source_describes, source_produces
 from warpdeck.engine.state.tasks import State, TaskAttempt, TaskTable
 
 __all__ = ["IN_FLIGHT_REASON", "ResumingSource"]
@@ -115,6 +115,10 @@ class ResumingSource:
         if self.finished_earlier(key):
             return False
         return source_produces(self.inner, key)
+
+    def describe(self, key: str) -> str:
+        """The source's own words on where ``key``'s input comes from."""
+        return source_describes(self.inner, key)
 
     def restore(self, table: TaskTable, rows: npt.NDArray[np.int64], items: Sequence[TaskInput]) -> None:
         """Give freshly admitted rows the attempts and history their keys had (on the loop)."""

@@ -18,7 +18,8 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, resolve_target
 from warpdeck.engine.edges.sources import SAFE_KEY
 
-__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink"]
+__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink",
+           "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -67,6 +68,10 @@ class NpyDirSinkImpl:
         """Where ``key``'s output lands."""
         return self.dir / f"{key}.npy"
 
+    def describe(self, key: str) -> str:
+        """Where ``key``'s output lands, in words."""
+        return f"written to {self.path(key)}"
+
     def committed(self, key: str) -> bool:
         """Whether ``key``'s output is in place. The rename is atomic, so an output that exists
         is whole: a resumed run takes it as done instead of writing it twice."""
@@ -108,12 +113,23 @@ class CallableSinkImpl:
     def __init__(self, fn: Callable[[str, npt.NDArray[Any]], Any]) -> None:
         self._fn = fn
 
+    def describe(self, key: str) -> str:
+        """The callable each output is handed to, named as a spec's target names it."""
+        fn = self._fn
+        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        return f"handed to {module}:{name}"
+
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._fn(key, out)
 
 
 class NullSinkImpl:
     """Drops every output."""
+
+    def describe(self, key: str) -> str:
+        """Nowhere: the output is dropped."""
+        return "discarded (null sink)"
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         pass
@@ -126,3 +142,9 @@ def open_sink(spec: NpyDirSink | CallableSink | NullSink, run_dir: Path) -> Sink
     if isinstance(spec, CallableSink):
         return CallableSinkImpl(resolve_target(spec.target))
     return NullSinkImpl()
+
+
+def sink_describes(sink: Sink, key: str) -> str:
+    """Where ``key``'s output goes, in words; for a sink without a ``describe`` method, its class."""
+    ask = getattr(sink, "describe", None)
+    return str(ask(key)) if ask is not None else f"handed to {type(sink).__qualname__}.write"

@@ -7,6 +7,7 @@ per task, so one corrupt or wrongly shaped input fails alone, before it reaches 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -33,6 +34,7 @@ __all__ = [
     "TaskInput",
     "item_nbytes",
     "open_source",
+    "source_describes",
     "source_produces",
 ]
 
@@ -158,6 +160,12 @@ class SyntheticSourceImpl:
         i = int(digits)
         return i < self.spec.count and key == f"syn-{i:08d}"
 
+    def describe(self, key: str) -> str:
+        """The task's index and the seed its values come from."""
+        if not self.produces(key):
+            return ""
+        return f"synthetic input {int(key.removeprefix('syn-'))} (seed {self.spec.seed})"
+
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         out[: len(items)] = synthetic_values(self.spec.seed, [t.handle for t in items], self._key.shape, self._dtype)
         return [None] * len(items)
@@ -179,6 +187,7 @@ class NpyDirSourceImpl:
         self._files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix == ".npy" or not p.is_dir())
         self.total: int | None = len(self._files)
         self._stems: frozenset[str] | None = None
+        self._described = ("", "")
 
     def exclude(self, keys: Container[str]) -> int:
         """Drop tasks by key before enumerating (a resumed run's done tasks: their files are never
@@ -187,6 +196,7 @@ class NpyDirSourceImpl:
         self._files = [p for p in self._files if p.stem not in keys]
         self.total = len(self._files)
         self._stems = None
+        self._described = ("", "")
         return before - len(self._files)
 
     def produces(self, key: str) -> bool:
@@ -194,6 +204,20 @@ class NpyDirSourceImpl:
         if self._stems is None:
             self._stems = frozenset(p.stem for p in self._files)
         return key in self._stems
+
+    def describe(self, key: str) -> str:
+        """The file the task is read from: ``<path>/<key>.npy`` looked up in the sorted file list, else
+        (a recursive glob, another suffix) the list searched for the stem; "" when it holds none."""
+        if self._described[0] == key:  # a detail screen asks again with every snapshot
+            return self._described[1]
+        guess = self.spec.path / f"{key}.npy"
+        i = bisect.bisect_left(self._files, guess)
+        if i < len(self._files) and self._files[i] == guess:
+            found = str(guess)
+        else:
+            found = next((str(p) for p in self._files if p.stem == key), "")
+        self._described = (key, found)
+        return found
 
     def items(self) -> Iterator[TaskInput]:
         fixed = None
@@ -278,6 +302,13 @@ class IterableSource:
         """An iterable's keys are known only by iterating it: it cannot say."""
         return None
 
+    def describe(self, key: str) -> str:
+        """An array from the iterable (its position, when the key is the one it was given by it)."""
+        digits = key.removeprefix("item-")
+        if digits != key and digits.isascii() and digits.isdigit():
+            return f"item {int(digits)} of a Python iterable"
+        return "an array from a Python iterable"
+
 
 def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source:
     """The source a spec section describes."""
@@ -286,6 +317,13 @@ def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source
     if isinstance(spec, NpyDirSource):
         return NpyDirSourceImpl(spec)
     return IterableSource(resolve_target(spec.target))
+
+
+def source_describes(source: Source, key: str) -> str:
+    """Where ``key``'s input comes from, in words (a path, an index); "" when the source cannot say
+    (one written without a ``describe`` method)."""
+    ask = getattr(source, "describe", None)
+    return str(ask(key)) if ask is not None else ""
 
 
 def source_produces(source: Source, key: str) -> bool | None:

@@ -11,6 +11,8 @@ The decisions this module protects:
   fix a corrupt file); a write held by an outage and given up is neither done nor failed.
 - While the engine is paused, in an outage, or a worker is quarantined or convicted, its lanes
   get no new batch (an empty, finished run still ends).
+- Each batch's start (lane, slot, worker, epoch), record and finished stalls, and each lane's wait
+  for a batch, go to the batch log (engine/state/batch_log.py), which tells a task's story.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ _REBIRTH_POLL_S = 0.25
 class _Stall:
     reason: StallReason
     since: float
+    note: str = ""
 
 
 class Dispatcher:
@@ -67,6 +70,15 @@ class Dispatcher:
         #: When the run started (``time.perf_counter``), and how long its first batch took.
         self.t0 = time.perf_counter()
         self.first_batch_s: float | None = None
+
+    @property
+    def t0(self) -> float:
+        """When the run started (``time.perf_counter``): the batch log's origin, so stories count from it."""
+        return self.s.batches.origin
+
+    @t0.setter
+    def t0(self, t: float) -> None:
+        self.s.batches.origin = t
 
     # -- handing out batches ----------------------------------------------------------------------
     async def next_batch(self, lane: LaneLike) -> Batch | None:
@@ -105,7 +117,9 @@ class Dispatcher:
         finally:
             wait = self._lane_wait.pop(lane.id, None)
             if wait is not None:
-                s.metrics.add_stall(wait[1], time.perf_counter() - wait[0])
+                now = time.perf_counter()
+                s.metrics.add_stall(wait[1], now - wait[0])
+                s.batches.lane_waited(lane.id, wait[1], wait[0], now)
 
     def on_admit(self) -> None:
         """The feeder admitted tasks: fail those it could not use, apply waiting cancels and pauses."""
@@ -122,9 +136,13 @@ class Dispatcher:
     # -- LaneHost -----------------------------------------------------------------------------------
     def on_started(self, batch: Batch) -> None:
         t0 = time.perf_counter()
-        self.s.table.start(batch.idx, batch.id)
-        self.s.inflight += 1
-        self.s.metrics.serial_s += time.perf_counter() - t0
+        s = self.s
+        worker = s.lane_worker[batch.lane]
+        epoch = s.leases.epoch(batch)
+        s.batches.started(batch, worker, s.leases.current_epoch(worker) if epoch is None else epoch, s.table)
+        s.table.start(batch.idx, batch.id)
+        s.inflight += 1
+        s.metrics.serial_s += time.perf_counter() - t0
 
     def fenced(self, batch: Batch) -> bool:
         """True for a batch taken back from a convicted worker: nothing it reports counts."""
@@ -163,6 +181,7 @@ class Dispatcher:
         prev = self._stalls.pop(batch.id, None)
         if prev is not None:
             s.metrics.add_stall(prev.reason, now - prev.since)
+            s.batches.stalled(batch.id, batch.lane, prev.reason, prev.since, now, prev.note)
             if s.events.heard:
                 s.events.emit(StallEvent(now, prev.reason.label, len(batch), False, batch.id, batch.lane,
                                          lasted_s=now - prev.since))
@@ -171,7 +190,7 @@ class Dispatcher:
         if reason is StallReason.NONE:
             s.table.clear_stall(idx)
             return
-        self._stalls[batch.id] = _Stall(reason, now)
+        self._stalls[batch.id] = _Stall(reason, now, note)
         s.table.set_stall(idx, reason, note)
 
     def on_failed(self, batch: Batch, phase: Phase, exc: BaseException) -> None:
@@ -224,6 +243,7 @@ class Dispatcher:
         t0 = time.perf_counter()
         s.metrics.add(record)
         s.timeline.append(record)
+        s.batches.finished(record)
         if s.events.heard:
             worker = s.lane_worker[record.lane]
             s.events.emit(BatchFinished(record, worker, s.leases.current_epoch(worker)))

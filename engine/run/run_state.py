@@ -23,6 +23,7 @@ from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.feeder import Feeder
 from warpdeck.engine.run.lane_protocols import LaneLike
+from warpdeck.engine.state.batch_log import BatchLog
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord
@@ -66,6 +67,11 @@ class RunState:
     #: An operator cancelled the whole run.
     cancelled_all: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def batches(self) -> BatchLog:
+        """Where and when each recent batch ran and what stalled (the task keys' log: a detail's story)."""
+        return self.task_keys.batches
 
     @property
     def wake(self) -> asyncio.Event:

@@ -28,6 +28,7 @@ from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.metrics import Figures
 from warpdeck.engine.state.read_only import NamedCounts, set_read_only
 from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.task_story import AttemptStory, StallEpisode
 from warpdeck.engine.state.tasks import Phase, PhaseName, StallName, StallReason, State, StateName, TaskAttempt
 
 __all__ = [
@@ -170,6 +171,18 @@ class TaskDetail:
     admitted: bool = True
     #: Where a task not in the table stands, in words ("queued (not yet admitted)").
     note: str = ""
+    #: Its whole story (engine/state/stories.py); empty where the detail comes from telemetry or the
+    #: journal. Every attempt, oldest first: batch, lane, slot, worker, epoch, queue wait, phase times.
+    attempts: tuple[AttemptStory, ...] = ()
+    #: Its batches' finished stalls (the longest few), oldest first.
+    stalls: tuple[StallEpisode, ...] = ()
+    #: Where its input comes from (a path, an index) with dtype and shape; where its output landed.
+    input_from: str = ""
+    output_to: str = ""
+    #: Why it took as long as it did, in one line ("waited 1.2 s in queue behind backpressure; compute 11 ms").
+    why: str = ""
+    #: When it was admitted, seconds since the run's start.
+    admitted_at_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

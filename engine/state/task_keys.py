@@ -15,6 +15,9 @@ The decisions this module protects:
 - A task cancelled while running leaves no output: its batch still carries its row to the sink, and
   the lanes' sink (``UnlessCancelled``) skips it. A task already in its sink phase is not cancelled
   (its write may have begun): it finishes, and the answer says so.
+- A detail tells the task's whole story (engine/state/stories.py): its attempts from the batch log,
+  which the task keys hold (``batches``: the dispatcher fills it), its input from the source and its
+  output from the sink the lanes write through (the one ``guard`` wraps).
 - Only the engine's loop calls in while the run lasts; after it, the table no longer changes and
   ``detail`` may be called from any thread.
 """
@@ -36,7 +39,9 @@ from warpdeck.engine.edges.sources import Source, source_produces
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.commands import CommandResult
 from warpdeck.engine.run.feeder import Feeder
+from warpdeck.engine.state.batch_log import BatchLog
 from warpdeck.engine.state.snapshot import TaskDetail
+from warpdeck.engine.state.stories import input_line, output_line, tell
 from warpdeck.engine.state.tasks import Phase, StallReason, State, TaskTable
 
 __all__ = ["BY_OPERATOR_EARLY", "TaskKeys", "UnlessCancelled", "Where"]
@@ -75,9 +80,14 @@ class TaskKeys:
         self.waiting = feeder.withheld
         self._journal: Journal | None = None
         self._journal_path: Path | None = None
+        #: Where and when each recent batch ran, and the stalls (a detail's story).
+        self.batches = BatchLog()
+        #: The run's sink (set by ``guard``): a detail says where an output landed.
+        self.sink: Sink | None = None
 
     def guard(self, sink: Sink) -> UnlessCancelled:
         """``sink`` for the lanes: a task cancelled while running writes no output."""
+        self.sink = sink
         return UnlessCancelled(sink, self.unwritten)
 
     def attach(self, journal: Journal, waiting: Iterable[str]) -> None:
@@ -223,9 +233,16 @@ class TaskKeys:
         rows = t.of([key])
         if len(rows):
             r = int(rows[0])
-            return TaskDetail(key, t.state_of(r).label, t.phase_of(r).label, int(t.attempt[r]),
+            state = t.state_of(r)
+            story = tell(t, r, self.batches)
+            item = self.feeder.handles.get(r)
+            return TaskDetail(key, state.label, t.phase_of(r).label, int(t.attempt[r]),
                               int(t.batch[r]), StallReason(int(t.stall[r])).label, t.stall_note(r),
-                              t.error(r), t.traceback(r), t.history(r), t.flag(r))
+                              t.error(r), t.traceback(r), t.history(r), t.flag(r),
+                              attempts=story.attempts, stalls=story.stalls,
+                              input_from=input_line(self.source, key, item.batch_key if item else story.key),
+                              output_to=output_line(self.sink, key, state), why=story.why,
+                              admitted_at_s=story.admitted_at_s)
         where = self.where(key)
         if where is Where.UNKNOWN:
             return None
@@ -233,7 +250,9 @@ class TaskKeys:
             prior = read_task(self._journal_path, key) if self._journal_path is not None else None
             return TaskDetail(key, "done", "none", prior.attempts if prior else 1, -1, "none", "", "", "",
                               prior.history if prior else (), admitted=False,
-                              note="done in an earlier run (from the journal)")
+                              note="done in an earlier run (from the journal)",
+                              input_from=input_line(self.source, key, None),
+                              output_to=output_line(self.sink, key, State.DONE))
         note = {Where.COMING: "queued (not yet admitted)",
                 Where.MAYBE: "queued (not yet admitted, if the source yields it: it cannot say)",
                 Where.NEVER: "not admitted, and the run is draining: it never runs"}[where]

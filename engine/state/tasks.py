@@ -68,6 +68,9 @@ class TaskAttempt:
     at: float
     reason: str = ""
     traceback: str = ""
+    #: The batch that carried it in this run (-1: it never reached a lane, or ran in an earlier run):
+    #: the batch log (engine/state/batch_log.py) tells where and when it ran.
+    batch: int = -1
 
 
 @dataclass(slots=True)
@@ -279,7 +282,7 @@ class TaskTable:
         for i in idx.tolist():
             self._sparse.history.setdefault(i, []).append(
                 TaskAttempt(int(self.attempt[i]), outcome, now, reason or self._sparse.error.get(i, ""),
-                            tb or self._sparse.traceback.get(i, "")))
+                            tb or self._sparse.traceback.get(i, ""), int(self.batch[i])))
             if reason:
                 self._sparse.error[i] = reason
             if tb:

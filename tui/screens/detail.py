@@ -1,58 +1,26 @@
-"""Task detail: state, phase, stall reason, attempts with their history, and the traceback."""
+"""Task detail: a task's whole story (tui/widgets/task_story.py), refreshed with each snapshot.
+
+The decision this module protects: the screen only asks the link for the task's detail (in a worker of
+its own group, the newest question winning) and hands the answer to its ``TaskStory``; what the story
+says and how it is laid out is the engine's and the widget's.
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
 
-from warpdeck.engine.api import EngineSnapshot, TaskDetail
+from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.app_access import warpdeck_app
-from warpdeck.tui.glyphs import STALL_BADGES, STATE_GLYPHS
 from warpdeck.tui.keymap import reading_bindings
+from warpdeck.tui.widgets.task_story import TaskStory
 
-__all__ = ["DetailScreen", "render_detail"]
-
-
-def render_detail(d: TaskDetail) -> Group:
-    """Everything known about one task, as rich renderables."""
-    badge = STATE_GLYPHS.get(d.state) if d.state != "unknown" else None
-    head = Text()
-    head.append(f"{badge.glyph if badge else '?'} {d.key}\n", "bold")
-    head.append(f"state {d.state}")
-    if d.state == "running":
-        head.append(f" · phase {d.phase}")
-    if d.admitted:
-        head.append(f" · attempt {d.attempt} · batch {d.batch if d.batch >= 0 else '—'}")
-    head.append("\n")
-    if d.note:
-        head.append(f"{d.note}\n", "italic")
-    if d.stall != "none":
-        stall = STALL_BADGES.get(d.stall)
-        head.append(f"stalled: {stall.glyph if stall else ''} {d.stall}", "bold")
-        head.append(f" — {d.stall_note}\n" if d.stall_note else "\n")
-    if d.error:
-        head.append(f"error: {d.error}\n", "bold")
-    history = Table(title="attempts", title_justify="left", box=None, padding=(0, 2, 0, 0))
-    for col in ("#", "ended as", "reason"):
-        history.add_column(col)
-    for a in d.history:
-        history.add_row(str(a.attempt), a.outcome, a.reason)
-    parts: list[Text | Table] = [head]
-    if d.history:
-        parts.append(history)
-    if d.traceback:
-        parts.append(Text("\ntraceback (most recent call last is at the bottom):", style="bold"))
-        parts.append(Text(d.traceback.rstrip()))
-    return Group(*parts)
+__all__ = ["DetailScreen"]
 
 
 class DetailScreen(ModalScreen[None]):
@@ -75,7 +43,7 @@ class DetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(f"loading {self.key}…", id="detail-body")
+            yield TaskStory(self.key, id="detail-body")
 
     def on_mount(self) -> None:
         self.watch(warpdeck_app(self), "snapshot", self._snapshot_changed, init=True)
@@ -89,4 +57,4 @@ class DetailScreen(ModalScreen[None]):
         detail = await warpdeck_app(self).link.detail(self.key)
         bodies = self.query("#detail-body")  # none once the screen was closed during the wait (the key fuzz)
         if bodies:
-            bodies.first(Static).update(render_detail(detail) if detail is not None else f"no task {self.key!r}")
+            bodies.first(TaskStory).show(detail)
