@@ -70,6 +70,14 @@ class BoardRows:
     totals: dict[str, int]
     failed: int
     cancelled: int
+    #: The rows are a sample (an attached room's) and ``totals`` the columns' real sizes: a title
+    #: shows the size, not the sample's length, unless a filter hides rows.
+    sampled: bool = False
+    filtered: bool = False
+
+    def shown(self, cid: str, rows: npt.NDArray[np.int64]) -> int:
+        """How many of column ``cid``'s tasks its title says are shown (``rows``: its rows)."""
+        return self.column(cid)[1] if self.sampled and not self.filtered else len(rows)
 
     def column(self, cid: str) -> tuple[npt.NDArray[np.int64], int]:
         """A column's rows and unfiltered count, for either layout's columns: *running* is the
@@ -124,4 +132,11 @@ def board_rows(snap: EngineSnapshot, mask: npt.NDArray[np.bool_] | None = None) 
     else:
         failed = int(np.count_nonzero(view.state == int(State.FAILED)))
         cancelled = int(np.count_nonzero(view.state == int(State.CANCELLED)))
-    return BoardRows(snap.seq, rows, totals, failed, cancelled)
+    sizes = snap.column_totals
+    if sizes is None:
+        return BoardRows(snap.seq, rows, totals, failed, cancelled, filtered=mask is not None)
+    # A sampled table (telemetry's): the titles count every task, from the engine's column sizes.
+    real = {cid: sizes.get(cid, totals[cid]) for cid, _ in COLUMNS[:STALLED + 1]}
+    failed, cancelled = sizes.get("failed", failed), sizes.get("cancelled", cancelled)
+    real["finished"] = sizes.get("done", 0) + failed + cancelled
+    return BoardRows(snap.seq, rows, real, failed, cancelled, sampled=True, filtered=mask is not None)

@@ -31,6 +31,7 @@ from warpdeck.engine.control.compact import ColumnName, PackedRecord, expand_key
 from warpdeck.engine.control.link_meter import LinkView
 from warpdeck.engine.control.wire import Event, Telemetry, encode_telemetry
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, QUEUED, STALLED
+from warpdeck.engine.state.read_only import read_only
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import RunEvent, StallEvent
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskFailure, TaskView
@@ -82,6 +83,8 @@ class _Parts:
     """What every level of one frame shares: the key samples at their largest, the records."""
 
     columns: dict[ColumnName, list[str]]
+    #: Every column's size (the samples are a few of them): an attached board's titles.
+    totals: dict[ColumnName, int]
     records: tuple[PackedRecord, ...]
     records_left_out: int
     newest: float
@@ -123,8 +126,11 @@ def _parts(snap: EngineSnapshot, since: float) -> _Parts:
     tv = snap.tasks
     n = len(tv)
     columns: dict[ColumnName, list[str]] = {}
+    totals: dict[ColumnName, int] = {}
     if n:
         codes = _codes(tv, n)
+        sizes = np.bincount(codes, minlength=256)
+        totals = {name: int(sizes[code]) for name, (code, _) in _SAMPLED.items()}
         # The columns other than queued and done are few rows (a few lanes' batches): one scan finds them.
         few = np.flatnonzero((codes != QUEUED) & (codes != DONE))
         few_codes = codes[few]
@@ -137,7 +143,7 @@ def _parts(snap: EngineSnapshot, since: float) -> _Parts:
             columns[name] = [tv.keys[r] for r in rows.tolist()]
     fresh = [(r, end) for r in snap.timeline if (end := r.end) > since]
     kept = fresh[-RECORDS_PER_FRAME:]
-    return _Parts(columns, tuple(pack_record(r, snap.t0) for r, _ in kept), len(fresh) - len(kept),
+    return _Parts(columns, totals, tuple(pack_record(r, snap.t0) for r, _ in kept), len(fresh) - len(kept),
                   max((end for _, end in fresh), default=since))
 
 
@@ -155,7 +161,8 @@ def _telemetry(snap: EngineSnapshot, parts: _Parts, control: ControlView | None,
         seq=snap.seq, t=snap.t, pipeline=snap.pipeline, status=snap.status, backend=snap.backend,
         backend_reason=snap.backend_reason[:_TEXT], device=snap.device, counts=c, figures=snap.figures,
         lanes=snap.lanes, feeder=snap.feeder, workers=snap.workers, stalled=stalled, failures=failures,
-        timeline=parts.records, columns=columns, control=control if control is not None else snap.control,
+        timeline=parts.records, columns=columns, column_totals=parts.totals,
+        control=control if control is not None else snap.control,
         outage=snap.outage, stalled_left_out=max(0, sum(c.stalled.values()) - len(stalled)),
         failures_left_out=max(0, c.failed - len(failures)), records_left_out=parts.records_left_out,
         sent=sent, frame=frame)
@@ -239,7 +246,8 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] | None = Non
         seq=tel.seq, t=tel.t, t0=0.0, pipeline=tel.pipeline, status=tel.status, backend=tel.backend,
         backend_reason=tel.backend_reason, device=tel.device, counts=tel.counts, tasks=view, stalled=tel.stalled,
         lanes=tel.lanes, feeder=tel.feeder, timeline=records, figures=tel.figures,
-        failures=tel.failures, workers=tel.workers, control=tel.control, outage=tel.outage, link=link)
+        failures=tel.failures, workers=tel.workers, control=tel.control, outage=tel.outage, link=link,
+        column_totals=read_only(tel.column_totals) if tel.column_totals else None)
 
 
 #: What an attached detail says of where it comes from.

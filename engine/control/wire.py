@@ -266,6 +266,9 @@ class Telemetry(BaseModel):
     """Each board column's sample of keys (``ColumnName``; others are for a later build) as runs
     (``compact.key_runs``): the head of the queue and of each phase, the first stalled, the newest
     done, failed and cancelled."""
+    column_totals: Annotated[dict[Annotated[str, Field(max_length=32)], Annotated[int, Field(ge=0)]],
+                             Field(max_length=32)] = {}
+    """Every sampled column's size (``ColumnName``), however few of its keys ``columns`` carries."""
     control: ControlView | None = None
     outage: OutageView | None = None
     """Set while an outage holds the run (engine/run/outage.py)."""

@@ -309,6 +309,9 @@ class EngineSnapshot:
     outage: OutageView | None = None
     #: In an attached control room: its link to the engine (engine/control/link_meter.py); else None.
     link: LinkView | None = None
+    #: Where ``tasks`` is a sample (an attached room's, from telemetry): every board column's size, by
+    #: telemetry's column names (``engine/control/compact.py``, ``ColumnName``); else None.
+    column_totals: NamedCounts | None = None
 
     @property
     def finished(self) -> bool:

@@ -107,3 +107,26 @@ def test_telemetry_samples_each_column_by_the_same_rule_as_the_board(seed: int) 
     for cid, state in (("done", State.DONE), ("failed", State.FAILED), ("cancelled", State.CANCELLED)):
         finished = [r for r in sorted(rows["finished"]) if int(view.state[r]) == state]
         assert expand_keys(tel.columns[cid]) == [keys[r] for r in finished[-COLUMN_SAMPLE:]], cid
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("text", ["", "stall:any"])
+def test_an_attached_board_counts_every_task_not_the_sample(seed: int, text: str) -> None:
+    # Telemetry carries a few keys per column; the titles must still say how many tasks each column
+    # holds in the engine, as the board at home would (and, under a filter, what the sample shows).
+    from warpdeck.engine.control.telemetry import snapshot_from, summarize
+    from warpdeck.engine.control.wire import decode, encode_telemetry
+
+    snap = _random_snapshot(seed, n=20_000)
+    home = board_rows(snap)
+    tel = decode(encode_telemetry(summarize(snap, 0.0)))
+    away = snapshot_from(tel)  # type: ignore[arg-type]
+    assert len(away.tasks) < len(snap.tasks) // 4  # a sample
+    mask = TaskFilter(text).mask(away.tasks) if text else None
+    board = board_rows(away, mask)
+    assert board.sampled and board.totals == home.totals
+    assert (board.failed, board.cancelled) == (home.failed, home.cancelled)
+    for cid, _ in (*COLUMNS, *COMPACT_COLUMNS):
+        rows, total = board.column(cid)
+        assert total == home.column(cid)[1], cid
+        assert board.shown(cid, rows) == (len(rows) if text else total), cid

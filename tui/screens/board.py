@@ -187,10 +187,11 @@ class BoardScreen(MainScreen):
                 continue
             self._todo.pop(0)
             rows, total = board.column(part.column)
+            shown = board.shown(part.column, rows)
             if part.column == "finished":
-                budget -= part.show(snap, rows, total, board.failed, board.cancelled)
+                budget -= part.show(snap, rows, total, board.failed, board.cancelled, shown=shown)
             else:
-                budget -= part.show(snap, rows, total)
+                budget -= part.show(snap, rows, total, shown=shown)
         if not self._todo:
             self.shown_seq = snap.seq
 
