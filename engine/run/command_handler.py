@@ -109,6 +109,7 @@ class CommandHandler:
         if cmd.worker not in known:
             return CommandResult(False, 0, f"no worker {cmd.worker!r} (known: {', '.join(sorted(known))})")
         quarantine = isinstance(cmd, Quarantine)
+        was_all = all(w in s.quarantined for w in s.worker_ids)
         if quarantine:
             s.quarantined.add(cmd.worker)
         else:
@@ -117,10 +118,14 @@ class CommandHandler:
             self._quarantine(cmd.worker, quarantine)
         # With every local worker quarantined, the waiting tasks are stalled by the operator.
         pending = np.array(s.ready.pending(), np.int64)
-        if all(w in s.quarantined for w in s.worker_ids):
+        now_all = all(w in s.quarantined for w in s.worker_ids)
+        if now_all:
             s.table.set_stall(pending, StallReason.CONTROL, ALL_QUARANTINED)
         elif not s.feeder.paused:
             s.table.clear_stall(pending)
+        if now_all != was_all:  # the waiting tasks' stall began or ended (its length: the exporters time it)
+            s.events.emit(StallEvent(time.perf_counter(), StallReason.CONTROL.label, len(pending), now_all,
+                                     note=ALL_QUARANTINED))
         if quarantine:
             return CommandResult(True, 0, f"worker {cmd.worker} quarantined: no new batches")
         return CommandResult(True, 0, f"worker {cmd.worker} released")

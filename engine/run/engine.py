@@ -96,7 +96,7 @@ class Engine:
         self.dispatcher = Dispatcher(self.state, self._convicted)
         self.commands = CommandHandler(self.state, known_workers=self._known_workers, quarantine=self._quarantine)
         #: Outages (a full, read-only or failing disk) and journal failures, and when to stop.
-        self.faults = FaultWatch(spec.faults.outage_timeout_s)
+        self.faults = FaultWatch(spec.faults.outage_timeout_s, self.state.events)
         self.state.lanes = self._make_lanes()
         self.publisher = SnapshotPublisher()
         self.events = self.state.events  # every batch, stall, command, conviction: for the exporters

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.run.feeder import Feeder
 from warpdeck.engine.run.outage import Outage, OutageView
+from warpdeck.engine.state.run_events import RunEvents, StallEvent
 from warpdeck.engine.state.tasks import StallReason, State, TaskTable
 
 __all__ = ["FaultWatch"]
@@ -26,7 +27,9 @@ __all__ = ["FaultWatch"]
 class FaultWatch:
     """Outages and journal failures as the engine acts on them (on its loop)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, events: RunEvents | None = None) -> None:
+        #: Where an outage's hold is told as a stall of every live task (its start, then its length).
+        self._events = events
         #: Writes held by a full, read-only or failing disk (outputs or journal).
         self.outage = Outage(timeout_s)
         #: Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise).
@@ -35,6 +38,7 @@ class FaultWatch:
         self.stop = asyncio.Event()
         self._seen: OutageView | None = None
         self._rows: npt.NDArray[np.int64] = np.zeros(0, np.int64)
+        self._held_since = 0.0
 
     def stop_run(self, why: str) -> None:
         """Stop the run now, leaving what is in flight to a resume; held writes give up."""
@@ -56,12 +60,20 @@ class FaultWatch:
             rows = np.flatnonzero(table.state[: len(table)] <= State.RUNNING)
             table.set_stall(rows, StallReason.CONTROL, view.reason)
             self._rows = rows
+            self._held_since = time.perf_counter()
+            if self._events is not None:
+                self._events.emit(StallEvent(self._held_since, StallReason.CONTROL.label, len(rows), True,
+                                             note=view.reason))
         elif view is None and was is not None:
             feeder.held = False
             rows = self._rows
             live = (table.state[rows] <= State.RUNNING) & (table.stall[rows] == StallReason.CONTROL)
             table.clear_stall(rows[live])
             self._rows = rows[:0]
+            if self._events is not None:
+                now = time.perf_counter()
+                self._events.emit(StallEvent(now, StallReason.CONTROL.label, int(live.sum()), False,
+                                             note=was.reason, lasted_s=now - self._held_since))
             ended = True
         if view is not None and time.perf_counter() - t0 - view.since >= view.timeout_s:
             self.stop_run("outage")

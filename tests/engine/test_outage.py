@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from wd_build import spec
 
-from warpdeck.engine.api import Engine, ExitStatus, IterableSource, JournalError, RunReport
+from warpdeck.engine.api import Engine, ExitStatus, IterableSource, JournalError, RunEvent, RunReport, StallEvent
 from warpdeck.engine.edges.journal import Journal
 from warpdeck.engine.run.outage import environment_cause
 
@@ -120,10 +120,16 @@ async def test_a_disk_that_fills_mid_run_pauses_it_and_it_carries_on_when_space_
     out = mnt / "out"
     out.mkdir()
     filler = _fill(mnt, leave=10 * 20_480)  # room for about 10 of the 60 outputs
+    heard: list[RunEvent] = []
     async with Engine(_spec(out), source=IterableSource(_items(60))) as eng:
+        eng.events.subscribe(heard.append)
         reason = await _hold_then(eng, filler.unlink)
         report = await eng.wait()
     assert reason == f"sink: no space left on device ({out}{os.sep})"
+    # The hold is told to the exporters as a stall of every live task: its start, then its length.
+    held = [(e.began, e.note) for e in heard if isinstance(e, StallEvent) and e.batch == -1]
+    assert held[:2] == [(True, reason), (False, reason)]
+    assert next(e for e in heard if isinstance(e, StallEvent) and e.batch == -1 and not e.began).lasted_s > 0.3
     assert (report.counts.done, report.counts.failed, report.exit_code) == (60, 0, ExitStatus.FINISHED)
     assert report.outages is not None and report.outages.count >= 1 and report.outages.total_s > 0.3
     assert all(eng.task_detail(k).attempt == 1 for k, _ in _items(60))  # no attempt burnt

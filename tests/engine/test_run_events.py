@@ -4,14 +4,18 @@ answers, and a listener that fails is dropped without stopping the run."""
 from __future__ import annotations
 
 from warpdeck.engine.api import (
+    ALL_QUARANTINED,
     BatchFinished,
     Cancel,
     CommandEvent,
     Engine,
     Pause,
+    Quarantine,
+    Release,
     Resume,
     RunEvent,
     SetDepth,
+    StallEvent,
     parse_spec,
 )
 
@@ -55,3 +59,15 @@ async def test_commands_are_heard_with_their_answers_and_a_failing_listener_is_d
     cmds = [(e.verb, e.applied) for e in heard if isinstance(e, CommandEvent)]
     assert cmds == [("pause", True), ("set_depth", True), ("cancel", False), ("resume", True)]
     assert any(isinstance(e, BatchFinished) for e in heard)  # the broken listener went, the others stayed
+
+
+async def test_quarantining_every_worker_is_one_stall_of_the_waiting_tasks_and_release_ends_it() -> None:
+    heard: list[RunEvent] = []
+    async with Engine(_spec(4000)) as engine:  # type: ignore[arg-type]
+        engine.events.subscribe(heard.append)
+        await engine.command(Quarantine(worker=engine.worker_id))
+        await engine.command(Release(worker=engine.worker_id))
+        await engine.command(Cancel(all=True))
+        await engine.wait()
+    held = [(e.began, e.note) for e in heard if isinstance(e, StallEvent) and e.batch == -1]
+    assert held == [(True, ALL_QUARANTINED), (False, ALL_QUARANTINED)]
