@@ -22,7 +22,19 @@ import pytest
 from wd_control import wait_for
 from wd_wait import until
 
-from warpdeck.engine.api import BatchFinished, CommandEvent, Engine, Pause, Resume, RunEvent, StallEvent, parse_spec
+from warpdeck.engine.api import (
+    BatchFinished,
+    CommandEvent,
+    Engine,
+    ExportSettings,
+    Pause,
+    Resume,
+    RunEvent,
+    StallEvent,
+    exporting,
+    load_spec,
+    parse_spec,
+)
 from warpdeck.engine.control.telemetry import summarize
 from warpdeck.engine.control.wire import encode
 from warpdeck.engine.edges import trace_export
@@ -32,6 +44,7 @@ from warpdeck.engine.state.snapshot import EngineSnapshot
 from warpdeck.engine.state.tasks import RUN_PHASES
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PHASES = [p.label for p in RUN_PHASES]
 #: Every phase the format defines (duration, complete, instant, counter, async, flow, sample,
 #: object, metadata, memory dump, mark, clock sync, context).
@@ -341,3 +354,22 @@ def test_a_path_that_cannot_be_opened_is_refused_at_once(tmp_path: Path) -> None
         TraceWriter(tmp_path / "no-such-dir" / "run.json", "x")
     with pytest.raises(OSError):
         TraceWriter(Path("/dev/full"), "x")
+
+
+@pytest.mark.parametrize("example", ["dense", "conv2d", "spectrogram"])
+async def test_each_examples_trace_is_valid(example: str, tmp_path: Path) -> None:
+    # The examples' own stages, sources and sinks (fewer tasks), written through the same wiring
+    # as --trace (``exporting``): valid, and every task in a compute slice once.
+    spec = load_spec(EXAMPLES / f"{example}-synthetic.toml")
+    spec = spec.model_copy(update={"backend": "numpy",
+                                   "source": spec.source.model_copy(update={"count": 4 * spec.batch_size + 3})})
+    path = tmp_path / f"{example}.trace.json"
+    engine = Engine(spec, tmp_path / "run", journal=False)
+    with exporting(ExportSettings(trace=path), engine.events, engine.publisher, spec.name):
+        async with engine:
+            report = await engine.wait()
+    assert report.status == "finished"
+    events = load(path)
+    validate(events)
+    compute = [e for e in events if e["ph"] == "X" and e["name"] == "compute"]
+    assert sum(e["args"]["tasks"] for e in compute) == report.counts.done == 4 * spec.batch_size + 3
