@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except JournalError as exc:  # the run directory's disk refused the journal: not a usage error
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
-    except (BackendError, RunDirError) as exc:
+    except (BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.USAGE
     except OSError as exc:  # a trace file or a metrics port refused: nothing ran
@@ -288,7 +288,7 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
     except JournalError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
-    except (UnknownTheme, BackendError, RunDirError) as exc:
+    except (UnknownTheme, BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.USAGE
     except OSError as exc:

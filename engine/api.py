@@ -43,6 +43,7 @@ from warpdeck.engine.run.commands import (
 from warpdeck.engine.run.engine import Engine
 from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.run.outage import OutageView
+from warpdeck.engine.run.torch_stages import torch_stage
 from warpdeck.engine.state.advice import Advice, BackendAdvice
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
 from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
@@ -188,6 +189,7 @@ __all__ = [
     "run_pipeline",
     "seconds_text",
     "select_backend",
+    "torch_stage",
     "trace_recording",
 ]
 

@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -376,6 +377,11 @@ class Backend(Protocol):
 
     def d2h(self, streams: StreamSet, dst: npt.NDArray[Any], src: Any, deps: Sequence[Marker]) -> Marker:
         """Copy device ``src`` into host ``dst`` on the lane's d2h stream."""
+        ...
+
+    def torch_stream(self) -> AbstractContextManager[Any]:
+        """Inside a compute job: a context in which PyTorch works on the lane's compute stream
+        (torch stages, engine/run/torch_stages.py)."""
         ...
 
     def close(self) -> None:

@@ -14,9 +14,11 @@ event (``_DeviceClock``), once the job is done, off the hot path. Not yet run on
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import MappingProxyType, ModuleType
 from typing import Any
 
@@ -27,7 +29,7 @@ from warpdeck.engine.backends.base import HOST_PHASES, BackendError, DeviceEvent
 from warpdeck.engine.backends.numpy_backend import HOST_CLOCK
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase
 
-__all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason"]
+__all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason", "torch_stream_context"]
 
 #: How a device phase's interval is measured on CuPy (``Backend.phase_clocks``).
 DEVICE_CLOCK = "device (CUDA events)"
@@ -65,6 +67,15 @@ def cupy_unavailable_reason() -> str | None:
     except Exception as exc:  # noqa: BLE001
         return f"CUDA runtime error: {exc}"
     return None
+
+
+def torch_stream_context(stream: Any) -> AbstractContextManager[Any]:
+    """PyTorch on CuPy's ``stream``: work torch enqueues inside this context is ordered with the
+    lane's CuPy work on that stream, and ``torch.from_dlpack`` of a CuPy array needs no sync.
+    Not yet run on a card."""
+    torch: Any = importlib.import_module("torch")  # optional (warpdeck[torch]): only a torch stage gets here
+    ctx: AbstractContextManager[Any] = torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr))
+    return ctx
 
 
 class _DeviceClock:
@@ -212,6 +223,10 @@ class CupyBackend:
 
     def d2h(self, streams: StreamSet, dst: npt.NDArray[Any], src: Any, deps: Sequence[Marker]) -> Marker:
         return self._on_stream(streams, Phase.D2H, lambda s: src.get(stream=s, out=dst, blocking=False), deps)
+
+    def torch_stream(self) -> AbstractContextManager[Any]:
+        # Called inside a compute job, where ``_on_stream`` made the lane's compute stream current.
+        return torch_stream_context(self._cp.cuda.get_current_stream())
 
     def close(self) -> None:
         self._pinned.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,10 @@ class NumpyBackend:
 
     def d2h(self, streams: StreamSet, dst: npt.NDArray[Any], src: Any, deps: Sequence[Marker]) -> Marker:
         return streams.submit(Phase.D2H, lambda: np.copyto(dst, src), deps)
+
+    def torch_stream(self) -> AbstractContextManager[Any]:
+        # On a CPU a torch stage runs on the lane's compute thread; there is no stream to name.
+        return nullcontext()
 
     def close(self) -> None:
         pass

@@ -8,6 +8,7 @@ Nothing downstream re-validates; the engine trusts a ``PipelineSpec`` it is hand
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import tomllib
 from collections.abc import Callable
@@ -15,18 +16,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from warpdeck.engine.edges.config_tables import ParquetSink, ParquetSource
+from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Target
 
 __all__ = [
     "CallableSink",
     "CallableSource",
+    "Dtype",
     "ExecutorSpec",
     "FaultsSpec",
     "FeederSpec",
     "HostSpec",
+    "ImageSource",
     "NpyDirSink",
     "NpyDirSource",
     "NullSink",
+    "ParquetSink",
+    "ParquetSource",
     "PipelineSpec",
     "RetrySpec",
     "SpecError",
@@ -38,16 +53,11 @@ __all__ = [
     "resolve_target",
 ]
 
-_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-           "complex64", "complex128")
-Dtype = Literal["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                "complex64", "complex128"]
-Target = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
-Shape = Annotated[tuple[Annotated[int, Field(ge=1)], ...], Field(max_length=8)]
+_DTYPES = DTYPES
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+class _Model(SpecModel):
+    """A section defined here (``SpecModel``'s rules)."""
 
 
 class SyntheticSource(_Model):
@@ -76,6 +86,34 @@ class NpyDirSource(_Model):
     """Expected shape of every input; when absent each file's own shape is used (files of one shape batch together)."""
     dtype: Dtype | None = None
     """Expected dtype of every input; when absent each file's own dtype is used (one a spec could name)."""
+
+
+class ImageSource(_Model):
+    """A directory of PNG, JPEG and WebP images, one task per file, decoded with Pillow on the fill
+    threads into one fixed mode, size, dtype and layout (``pip install 'warpdeck[images]'``)."""
+
+    kind: Literal["images"]
+    path: Path
+    """Directory to read; relative paths resolve against the spec file's directory."""
+    glob: str = "*"
+    """Which files in it are inputs (``**/*`` reaches subdirectories); of those, only names
+    ending .png, .jpg, .jpeg or .webp (any case) are tasks."""
+    size: tuple[Annotated[int, Field(ge=1, le=65_536)], Annotated[int, Field(ge=1, le=65_536)]]
+    """``[H, W]`` of every task's image."""
+    mode: Literal["RGB", "L", "RGBA"] = "RGB"
+    """Pillow mode every image is converted to (3, 1 or 4 channels)."""
+    dtype: Literal["uint8", "float32"] = "uint8"
+    """``uint8`` keeps 0..255; ``float32`` scales to [0, 1]."""
+    layout: Literal["HWC", "CHW"] = "HWC"
+    """Axis order of a task's array; the channel axis is kept for ``L`` too."""
+    resize: Literal["fit", "crop", "pad"] = "fit"
+    """``fit`` stretches to H x W; ``crop`` scales to cover, then crops the centre; ``pad`` scales to
+    fit inside, then pads around the centred image with ``pad_value``."""
+    pad_value: int = Field(default=0, ge=0, le=255)
+    """Value of every channel (alpha too) in the padding, on the 0..255 scale (``/ 255`` as float32)."""
+    max_pixels: int = Field(default=89_478_485, ge=1)
+    """An image whose header declares more pixels fails, before it is decoded (Pillow's own default
+    ``Image.MAX_IMAGE_PIXELS``; a decompression-bomb guard)."""
 
 
 class CallableSource(_Model):
@@ -110,7 +148,7 @@ class NullSink(_Model):
 
 
 class StageSpec(_Model):
-    """One stage function ``fn(xp, inp, out)``, run on the compute stream."""
+    """One stage function ``fn(xp, inp, out)``, run on the compute stream (a torch stage: ``framework``)."""
 
     fn: Target
     """``module:function``; the same code runs with xp = numpy or cupy."""
@@ -120,6 +158,20 @@ class StageSpec(_Model):
     """Per-task output shape; default: the function's ``out_spec`` or else the input shape."""
     out_dtype: Dtype | None = None
     """Per-task output dtype; default: the function's ``out_spec`` or else the input dtype."""
+    framework: Literal["array", "torch"] = "array"
+    """``array``: ``fn(xp, inp, out)`` on NumPy/CuPy arrays; ``torch``: ``fn(inp, out)`` (with a
+    factory ``fn(model, inp, out)``) on torch tensors sharing the slot buffers, under
+    ``torch.inference_mode()`` (``pip install 'warpdeck[torch]'``; docs/torch.md)."""
+    factory: Target | None = None
+    """Torch stages only: ``module:function`` called with no arguments once per lane, on its first
+    batch; what it returns (the model) is the stage's first argument."""
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_needs_torch(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("framework") != "torch":
+            raise ValueError('a factory needs framework = "torch"')
+        return v
 
 
 class RetrySpec(_Model):
@@ -218,9 +270,11 @@ class PipelineSpec(_Model):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     """Pipeline name: used in topics, the run directory and the report."""
-    source: Annotated[SyntheticSource | NpyDirSource | CallableSource, Field(discriminator="kind")]
+    source: Annotated[SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource,
+                      Field(discriminator="kind")]
     """Where tasks come from."""
-    sink: Annotated[NpyDirSink | CallableSink | NullSink, Field(discriminator="kind")] = NpyDirSink(kind="npy_dir")
+    sink: Annotated[NpyDirSink | ParquetSink | CallableSink | NullSink,
+                    Field(discriminator="kind")] = NpyDirSink(kind="npy_dir")
     """Where outputs go."""
     stages: list[StageSpec] = Field(min_length=1)
     """Stage functions, run in order inside the compute phase."""
@@ -294,7 +348,7 @@ def _issues(err: ValidationError) -> list[SpecIssue]:
 
 
 # pydantic puts the discriminator's value into the location of union errors; it adds nothing.
-_UNION_TAGS = {"synthetic", "npy_dir", "callable", "null"}
+_UNION_TAGS = {"synthetic", "npy_dir", "images", "parquet", "callable", "null"}
 
 
 def resolve_target(target: str, search: Path | None = None) -> Callable[..., Any]:
@@ -314,13 +368,23 @@ def resolve_target(target: str, search: Path | None = None) -> Callable[..., Any
     return fn  # type: ignore[no-any-return]
 
 
+def _has_torch() -> bool:
+    try:
+        importlib.import_module("torch")  # by name: torch is optional (warpdeck[torch])
+    except ImportError:
+        return False
+    return True
+
+
 def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
     places: list[tuple[str, str]] = [(f"stages.{i}.fn", s.fn) for i, s in enumerate(spec.stages)]
+    places += [(f"stages.{i}.factory", s.factory) for i, s in enumerate(spec.stages) if s.factory is not None]
     if isinstance(spec.source, CallableSource):
         places.append(("source.target", spec.source.target))
     if isinstance(spec.sink, CallableSink):
         places.append(("sink.target", spec.sink.target))
-    issues = []
+    issues = [SpecIssue(f"stages.{i}.framework", "needs PyTorch: pip install 'warpdeck[torch]'")
+              for i, s in enumerate(spec.stages) if s.framework == "torch" and not _has_torch()]
     for loc, target in places:
         try:
             resolve_target(target, base)
@@ -337,7 +401,14 @@ def parse_spec(data: dict[str, Any], file: str = "<spec>", base: Path | None = N
         spec = PipelineSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(file, _issues(err)) from None
-    if base is not None and isinstance(spec.source, NpyDirSource) and not spec.source.path.is_absolute():
+    if isinstance(spec.source, ImageSource) and importlib.util.find_spec("PIL") is None:
+        raise SpecError(file, [SpecIssue("source.kind", "needs Pillow: pip install 'warpdeck[images]'", "'images'")])
+    for part, kind in (("source", spec.source.kind), ("sink", spec.sink.kind)):
+        if kind == "parquet" and importlib.util.find_spec("pyarrow") is None:
+            raise SpecError(file, [SpecIssue(f"{part}.kind", "needs pyarrow: pip install 'warpdeck[parquet]'",
+                                             "'parquet'")])
+    if (base is not None and isinstance(spec.source, NpyDirSource | ImageSource | ParquetSource)
+            and not spec.source.path.is_absolute()):
         spec = spec.model_copy(update={"source": spec.source.model_copy(update={"path": base / spec.source.path})})
     _check_targets(spec, base, file)
     return spec

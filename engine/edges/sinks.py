@@ -3,23 +3,28 @@
 The decision this module protects: an output file either exists whole under its task's key or
 not at all. It is written to a temporary name in the same directory and renamed into place, so
 a crash never leaves a partial output and a re-run overwrites instead of duplicating.
+
+A sink may also have ``write_batch(keys, outputs)`` (the Parquet sink, ``parquet_sink.py``): a
+batch's outputs in one call, all durable when it returns, or none (it raises, failing them all).
+The lanes call it instead of ``write`` per key where the sink, and every wrapper around it, has
+it (``batch_writer``): the smallest extension that lets a sink commit whole batches.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, resolve_target
+from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, ParquetSink, resolve_target
 from warpdeck.engine.edges.sources import SAFE_KEY
 
-__all__ = ["TMP_SUFFIX", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink", "open_sink",
-           "sink_describes"]
+__all__ = ["TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink",
+           "batch_writer", "open_sink", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -30,6 +35,15 @@ class Sink(Protocol):
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """Store one output; raise to fail the task."""
         ...
+
+
+#: A sink's ``write_batch``: every output of a batch durable when it returns, or none (it raises).
+BatchWriter = Callable[[Sequence[str], npt.NDArray[Any]], None]
+
+
+def batch_writer(sink: Sink) -> BatchWriter | None:
+    """The sink's ``write_batch``, or None when it (or a wrapper around it) writes key by key."""
+    return getattr(sink, "write_batch", None)
 
 
 class _PlainWriter:
@@ -135,10 +149,15 @@ class NullSinkImpl:
         pass
 
 
-def open_sink(spec: NpyDirSink | CallableSink | NullSink, run_dir: Path) -> Sink:
+def open_sink(spec: NpyDirSink | ParquetSink | CallableSink | NullSink, run_dir: Path) -> Sink:
     """The sink a spec section describes; relative directories resolve inside ``run_dir``."""
     if isinstance(spec, NpyDirSink):
         return NpyDirSinkImpl(spec.path if spec.path.is_absolute() else run_dir / spec.path)
+    if isinstance(spec, ParquetSink):
+        # pyarrow is optional (warpdeck[parquet]): imported only by a run that writes Parquet.
+        from warpdeck.engine.edges.parquet_sink import ParquetSinkImpl  # noqa: PLC0415
+
+        return ParquetSinkImpl(spec.path if spec.path.is_absolute() else run_dir / spec.path, spec.row_group_size)
     if isinstance(spec, CallableSink):
         return CallableSinkImpl(resolve_target(spec.target))
     return NullSinkImpl()

@@ -19,7 +19,14 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.edges.config import CallableSource, NpyDirSource, SyntheticSource, resolve_target
+from warpdeck.engine.edges.config import (
+    CallableSource,
+    ImageSource,
+    NpyDirSource,
+    ParquetSource,
+    SyntheticSource,
+    resolve_target,
+)
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import dtype_problem, open_regular, read_header, usable
 
@@ -310,12 +317,22 @@ class IterableSource:
         return "an array from a Python iterable"
 
 
-def open_source(spec: SyntheticSource | NpyDirSource | CallableSource) -> Source:
+def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource) -> Source:
     """The source a spec section describes."""
     if isinstance(spec, SyntheticSource):
         return SyntheticSourceImpl(spec)
     if isinstance(spec, NpyDirSource):
         return NpyDirSourceImpl(spec)
+    if isinstance(spec, ImageSource):
+        # Pillow is optional (warpdeck[images]): imported only by a run that reads images.
+        from warpdeck.engine.edges.image_source import ImageSourceImpl  # noqa: PLC0415
+
+        return ImageSourceImpl(spec)
+    if isinstance(spec, ParquetSource):
+        # pyarrow is optional (warpdeck[parquet]): imported only by a run that reads Parquet.
+        from warpdeck.engine.edges.parquet_source import ParquetSourceImpl  # noqa: PLC0415
+
+        return ParquetSourceImpl(spec)
     return IterableSource(resolve_target(spec.target))
 
 

@@ -29,7 +29,14 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from warpdeck.engine.edges.config import ExecutorSpec, NpyDirSink, NpyDirSource, PipelineSpec, SyntheticSource
+from warpdeck.engine.edges.config import (
+    ExecutorSpec,
+    NpyDirSink,
+    NpyDirSource,
+    ParquetSink,
+    PipelineSpec,
+    SyntheticSource,
+)
 from warpdeck.engine.edges.sources import open_source
 from warpdeck.engine.run.autotune import default_cores
 from warpdeck.engine.run.commands import Cancel, Drain
@@ -95,6 +102,8 @@ def calibration_spec(spec: PipelineSpec, backend: BackendName, n: int, fill_work
         source = source.model_copy(update={"count": min(source.count,
                                                         (batches + _warmup(slot_depth) + _TAIL) * batch)})
     sink = NpyDirSink(kind="npy_dir") if isinstance(spec.sink, NpyDirSink) else spec.sink
+    if isinstance(sink, ParquetSink):
+        sink = ParquetSink(kind="parquet", row_group_size=sink.row_group_size)
     host = spec.host.model_copy(update={"fill_workers": fill_workers, "sink_workers": sink_workers,
                                         "max_workers": max(spec.host.max_workers, fill_workers, sink_workers)})
     # A short ready queue: a drain finishes what was admitted, and that should not be much.

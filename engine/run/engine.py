@@ -32,7 +32,7 @@ from warpdeck.engine.control.monitor import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id
-from warpdeck.engine.edges.config import PipelineSpec, resolve_target
+from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.journal import Journal, JournalError, ResumeState, spec_identity
 from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.resume import ResumingSource
@@ -49,6 +49,7 @@ from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.run.outage import HeldSink, Outage
 from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.run.torch_stages import stage_fns
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord, StagePlan, plan_stages
@@ -134,7 +135,7 @@ class Engine:
         self.dispatcher.on_admit()
 
     def _make_lanes(self) -> Sequence[LaneLike]:
-        self._fns = tuple(resolve_target(s.fn) for s in self.spec.stages)
+        self._fns = stage_fns(self.spec.stages, self.backend.torch_stream)
         self._plans: dict[BatchKey, StagePlan] = {}
         # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
         sink = HeldSink(self.task_keys.guard(self.sink), self.outage, _sink_dir(self.sink, self.run_dir))
@@ -403,8 +404,7 @@ class Engine:
             self.executor.convicted(worker, epoch, why)
 
     def _known_workers(self) -> list[str]:
-        latest = self.publisher.latest
-        return [w.id for w in latest.workers] if latest is not None else []
+        return [w.id for w in latest.workers] if (latest := self.publisher.latest) is not None else []
 
     def _quarantine(self, worker: str, on: bool) -> None:
         if self.control is not None:

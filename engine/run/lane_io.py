@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
 from warpdeck.engine.edges.sources import Source, TaskInput
 from warpdeck.engine.state.records import NonFiniteOutput
 
@@ -38,6 +38,9 @@ def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -
     errors: list[BaseException | None] = []
     bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
     size = host_out[0].size if len(keys) else 0
+    whole = batch_writer(sink)
+    if whole is not None:
+        return _write_whole(whole, keys, host_out, bad, size, policy)
     for j, key in enumerate(keys):
         if bad is not None and bad[j] and policy == "fail":
             errors.append(NonFiniteOutput(key, bad[j], size, written=False))
@@ -47,4 +50,27 @@ def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -
             errors.append(NonFiniteOutput(key, bad[j], size, written=True) if bad is not None and bad[j] else None)
         except Exception as exc:  # noqa: BLE001 - per task
             errors.append(exc)
+    return errors
+
+
+def _write_whole(whole: BatchWriter, keys: Sequence[str], host_out: Any, bad: list[int] | None, size: int,
+                 policy: str) -> list[BaseException | None]:
+    """``write_outputs`` for a sink that writes a batch at once: one call, whose failure fails
+    every task it held."""
+    errors: list[BaseException | None] = [None] * len(keys)
+    write = list(range(len(keys)))
+    if bad is not None:
+        for j in write:
+            if bad[j]:
+                errors[j] = NonFiniteOutput(keys[j], bad[j], size, written=policy != "fail")
+        if policy == "fail":
+            write = [j for j in write if not bad[j]]
+    if not write:
+        return errors
+    try:
+        rows = host_out[: len(keys)] if len(write) == len(keys) else host_out[write]
+        whole([keys[j] for j in write], rows)
+    except Exception as exc:  # noqa: BLE001 - every task of the batch
+        for j in write:
+            errors[j] = exc
     return errors

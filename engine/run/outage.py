@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
 
 __all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause"]
 
@@ -198,6 +198,10 @@ class HeldSink:
         self._sink = sink
         self._outage = outage
         self._where = where
+        inner = batch_writer(sink)
+        #: The inner sink's ``write_batch``, held the same way (None: it writes key by key).
+        self.write_batch: BatchWriter | None = None if inner is None else (
+            lambda keys, outs: outage.retry("sink", where, lambda: inner(keys, outs)))
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._outage.retry("sink", self._where, lambda: self._sink.write(key, out))

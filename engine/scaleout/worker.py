@@ -26,9 +26,10 @@ from warpdeck.engine.backends import select_backend
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.edges.config import PipelineSpec, resolve_target
+from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.sources import BatchKey
 from warpdeck.engine.run.lanes import Lane
+from warpdeck.engine.run.torch_stages import stage_fns
 from warpdeck.engine.scaleout.actor_host import ActorHost, ArrivedSource, KeepingSink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
 from warpdeck.engine.state.records import StagePlan, plan_stages
@@ -57,7 +58,7 @@ class LaneWorker:
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         #: What the birth and the control room show: the backend's device and Ray's GPU for it.
         self.device = f"{self.backend.device_name} (ray gpu {gpu})" if gpu else self.backend.device_name
-        self._fns = tuple(resolve_target(s.fn) for s in spec.stages)
+        self._fns = stage_fns(spec.stages, self.backend.torch_stream)
         self._plans: dict[BatchKey, StagePlan] = {}
         self._broker = broker
         self._heartbeat_s = heartbeat_s

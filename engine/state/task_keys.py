@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, read_task
 from warpdeck.engine.edges.resume import ResumingSource
-from warpdeck.engine.edges.sinks import Sink
+from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
 from warpdeck.engine.edges.sources import Source, source_produces
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.commands import CommandResult
@@ -289,6 +289,9 @@ class UnlessCancelled:
     def __init__(self, inner: Sink, skip: set[str]) -> None:
         self.inner = inner
         self._skip = skip
+        self._inner_batch = batch_writer(inner)
+        #: ``write_batch`` where the inner sink has one (None: it writes key by key).
+        self.write_batch: BatchWriter | None = None if self._inner_batch is None else self._write_batch
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """Write ``out`` under ``key`` unless the task was cancelled."""
@@ -296,6 +299,16 @@ class UnlessCancelled:
             self._skip.discard(key)
             return
         self.inner.write(key, out)
+
+    def _write_batch(self, keys: Sequence[str], outs: npt.NDArray[Any]) -> None:
+        """The inner sink's ``write_batch`` for the keys not cancelled."""
+        assert self._inner_batch is not None
+        keep = [j for j, k in enumerate(keys) if k not in self._skip]
+        if len(keep) < len(keys):
+            self._skip.difference_update(keys)
+            keys, outs = [keys[j] for j in keep], outs[keep]
+        if keys:
+            self._inner_batch(keys, outs)
 
 
 def _by_state(t: TaskTable, rows: npt.NDArray[np.int64]) -> list[tuple[str, list[str]]]:

@@ -2,6 +2,8 @@
 
 Run twice: with one loading and one writing thread per lane, and with three of each (issue 16:
 parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones).
+And once more on a Parquet sink (issue 18): one part file per batch, so at the end every key is a
+row of exactly one part file, each part file renamed into place once, with the reference's values.
 
 A real ``warpdeck run --headless`` subprocess on a real npy sink and journal; each kill is a
 SIGKILL, at a moment chosen by output count (mid-run) or by time since launch (often during
@@ -43,7 +45,7 @@ shape = [64]
 dtype = "float32"
 seed = 11
 [sink]
-kind = "npy_dir"
+kind = "{sink}"
 path = "{out}"
 [[stages]]
 fn = "wd_stages:slow_double"
@@ -64,17 +66,19 @@ def _outputs(out: Path) -> list[str]:
     return [p.name for p in out.iterdir() if not p.name.startswith(".")]
 
 
-def _spec(tmp: Path, name: str, host: str = "") -> tuple[Path, Path, Path]:
+def _spec(tmp: Path, name: str, host: str = "", sink: str = "npy_dir") -> tuple[Path, Path, Path]:
     run_dir = tmp / name
     out = run_dir / "outputs"
     out.mkdir(parents=True)
     spec = tmp / f"{name}.toml"
-    spec.write_text(SPEC.format(n=N, out=out, host=host))
+    spec.write_text(SPEC.format(n=N, out=out, host=host, sink=sink))
     return spec, run_dir, out
 
 
-def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch) -> tuple[int, list[str]]:
-    """Launch, SIGKILL at a seeded random moment, repeat KILLS times; how many kills hit a live run."""
+def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch,
+                     per_output: int = 1) -> tuple[int, list[str]]:
+    """Launch, SIGKILL at a seeded random moment, repeat KILLS times; how many kills hit a live run.
+    ``per_output``: tasks per output file (a Parquet part holds a batch), to keep the moments mid-run."""
     rng = np.random.default_rng(SEED)
     landed = 0
     moments: list[str] = []
@@ -86,7 +90,7 @@ def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch) -
             target = None
             moments.append(f"t+{when:.2f}s")
         else:  # by output count: a few more outputs than there are now, then a little later
-            target = len(_outputs(out)) + int(rng.integers(1, 25))
+            target = len(_outputs(out)) + max(1, int(rng.integers(1, 25)) // per_output)
             when = float(rng.uniform(0.0, 0.01))
             moments.append(f"n>={target}+{when * 1e3:.0f}ms")
         while proc.poll() is None:
@@ -153,3 +157,42 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
         assert report["host_threads"] == {"0": {"fill": 3, "sink": 3}, "1": {"fill": 3, "sink": 3}}
     print(f"crash test: {KILLS} kills ({', '.join(moments)}); {done_before_final} outputs before the final run;"
           f" {elapsed:.1f} s in all")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts renames with Linux inotify")
+def test_twenty_kills_then_resume_leave_every_key_in_exactly_one_parquet_row(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from warpdeck.engine.edges.sources import synthetic_values
+
+    spec, run_dir, out = _spec(tmp_path, "crashed", sink="parquet")
+    watch = RenameWatch(out)
+    try:
+        landed, moments = _kill_repeatedly(spec, run_dir, out, watch, per_output=4)
+        assert landed == KILLS, f"only {landed} of {KILLS} kills landed before the run ended: {moments}"
+        final = _launch(spec, run_dir, tmp_path / "final.json")
+        _, err = final.communicate(timeout=120)
+        assert final.returncode == 0, err.decode()
+        watch.poll()
+    finally:
+        watch.close()
+
+    parts = sorted(_outputs(out))
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temp files left
+    assert not watch.overflowed and set(watch.counts) == set(parts) and set(watch.counts.values()) == {1}
+    keys: list[str] = []
+    values: list[np.ndarray] = []
+    for part in parts:
+        table = pq.read_table(out / part)
+        keys += table.column("key").to_pylist()
+        values.append(table.column("output").combine_chunks().flatten().to_numpy().reshape(len(table), 64))
+    assert len(keys) == len(set(keys)) == N, "a key is missing or written twice"
+    got = dict(zip(keys, np.concatenate(values), strict=True))
+    expected = synthetic_values(11, range(N), (64,), np.dtype("float32")) * 2 + 1
+    for i in range(N):
+        np.testing.assert_array_equal(got[f"syn-{i:08d}"], expected[i])
+    with sqlite3.connect(run_dir / "journal.sqlite") as c:
+        states = dict(c.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+    assert states == {2: N}
+    report = json.loads((tmp_path / "final.json").read_text())
+    print(f"parquet crash test: {KILLS} kills ({', '.join(moments)}); {len(parts)} part files;"
+          f" {report['resume']}")

@@ -1,0 +1,124 @@
+"""Outputs as Parquet: one part file per batch, each renamed into place whole, so a done row in the
+journal always has its output in a part file and a resumed run writes no row twice.
+
+The decisions this module protects:
+- Exactly once, with the per-batch ``write_batch`` extension of the sink protocol (``sinks.py``):
+  the sink thread writes a batch's rows (``key``, ``output``) to ``.part-NNNNN.parquet.<pid>.tmp``
+  and renames it to ``part-NNNNN.parquet`` before it returns; the engine records the rows done only
+  after that (as for every sink), so a done row is always in a landed part file. A kill between the
+  rename and the journal's commit leaves a part file whose rows the journal does not show done: the
+  journal is reconciled from the part files (``committed`` answers from the keys of the files present
+  when the run began, read in ``clean_temps``), so those rows are recorded done and not run again.
+  A kill before the rename leaves only a temp file, removed at the next start.
+- The cost of one file per batch: a batch is the smallest unit that becomes durable, so a run of
+  small batches makes many small files (each with its own footer; readers list them all). Compact
+  them after the run if that matters; ``row_group_size`` only splits a batch larger than it.
+- Part numbers continue after the highest already in the directory (found at the first write, under
+  the run directory's lock), so a resumed run never overwrites an earlier run's file.
+- ``output`` is a fixed-size list of the output's element type, nested once per further axis (a 2-D
+  output is a list of lists), so the Parquet source reads it back with the same ``shape``. Complex
+  outputs have no Parquet type and fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from warpdeck.engine.edges.sinks import TMP_SUFFIX
+
+__all__ = ["PART_GLOB", "ParquetSinkImpl", "fixed_size_lists"]
+
+PART_GLOB = "part-*.parquet"
+_PART = re.compile(r"^part-(\d+)\.parquet$")
+
+
+def fixed_size_lists(rows: npt.NDArray[Any]) -> Any:
+    """``rows`` (one output per element of the first axis) as an Arrow array of fixed-size lists,
+    nested once per further axis."""
+    values: Any = pa.array(np.ascontiguousarray(rows).reshape(-1))
+    for size in reversed(rows.shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, size)
+    return values
+
+
+class ParquetSinkImpl:
+    """``<dir>/part-NNNNN.parquet`` through ``.part-NNNNN.parquet.<pid>.tmp`` and ``os.replace``."""
+
+    def __init__(self, directory: Path, row_group_size: int = 4096) -> None:
+        self.dir = directory
+        self.row_group_size = row_group_size
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._next: int | None = None
+        self._landed: frozenset[str] | None = None
+
+    def describe(self, key: str) -> str:
+        """Where ``key``'s output lands, in words."""
+        return f"written as a row (key {key!r}) of a part-NNNNN.parquet file in {self.dir}"
+
+    def _part_keys(self) -> frozenset[str]:
+        keys: set[str] = set()
+        if self.dir.is_dir():
+            for p in sorted(self.dir.glob(PART_GLOB)):
+                keys.update(pq.read_table(p, columns=["key"]).column(0).to_pylist())
+        return frozenset(keys)
+
+    def committed(self, key: str) -> bool:
+        """Whether a part file holds ``key``'s row: the keys of the part files present when the run
+        began (read once). The rename is atomic, so a part file that exists is whole."""
+        if self._landed is None:
+            self._landed = self._part_keys()
+        return key in self._landed
+
+    def clean_temps(self) -> int:
+        """Remove temp files a killed run left behind and read the landed part files' keys; returns
+        how many temps. Call only while no engine writes here (the journal's run-directory lock)."""
+        n = 0
+        if self.dir.is_dir():
+            for p in self.dir.glob(f".part-*.parquet.*{TMP_SUFFIX}"):
+                p.unlink(missing_ok=True)
+                n += 1
+        self._landed = self._part_keys()
+        return n
+
+    def _take_number(self) -> int:
+        with self._lock:
+            if self._next is None:
+                found = [int(m[1]) for p in self.dir.iterdir() if (m := _PART.match(p.name))]
+                self._next = max(found, default=-1) + 1
+            number = self._next
+            self._next += 1
+            return number
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        """One output as a part file of its own (callers that hold whole batches use ``write_batch``)."""
+        self.write_batch([key], out[np.newaxis])
+
+    def write_batch(self, keys: Sequence[str], outs: npt.NDArray[Any]) -> None:
+        """Write ``outs[j]`` under ``keys[j]`` as one part file, renamed into place before returning;
+        raises (and leaves nothing) when any of it fails."""
+        if outs.dtype.kind == "c":
+            raise ValueError(f"{outs.dtype} outputs have no Parquet type; write them to an npy_dir sink")
+        table = pa.table({"key": pa.array(list(keys), pa.string()), "output": fixed_size_lists(outs[: len(keys)])})
+        self.dir.mkdir(parents=True, exist_ok=True)
+        number = self._take_number()
+        final = self.dir / f"part-{number:05d}.parquet"
+        tmp = self.dir / f".part-{number:05d}.parquet.{self._pid}{TMP_SUFFIX}"
+        try:
+            # Through a Python file: a full disk raises OSError with its errno (an outage, not a failure).
+            with tmp.open("wb") as f:
+                pq.write_table(table, f, row_group_size=self.row_group_size)
+            tmp.replace(final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
