@@ -108,9 +108,11 @@ async def _close_leftover_streams(loop: asyncio.AbstractEventLoop) -> None:
     """Close the connections amqtt's shutdown leaves open (one accepted while it shut down, or a
     client half-way through its handshake), while their loop still runs: otherwise they are
     collected later, after the loop closed, and warn about unclosed transports in whatever code
-    happens to run then."""
+    happens to run then. Objects are told by ``type``, never ``isinstance``: that falls back to an
+    object's own ``__class__``, which some libraries' objects answer with a warning (torch's
+    deprecated ``torch.distributed.reduce_op``: a FutureWarning after every run with a torch stage)."""
     for obj in gc.get_objects():
-        if isinstance(obj, asyncio.StreamWriter):
+        if issubclass(type(obj), asyncio.StreamWriter):
             transport = obj.transport
             if getattr(transport, "_loop", None) is loop and not transport.is_closing():
                 transport.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,27 @@ def test_an_embedded_brokers_shutdown_leaves_no_warning_but_keeps_the_others(cap
     finally:
         broker.stop()
     assert [r.getMessage() for r in caplog.records if r.name == "amqtt.broker"] == ["a listener failed"]
+
+
+class _Deprecated:
+    """An object that answers ``__class__`` with a warning, as torch's deprecated
+    ``torch.distributed.reduce_op`` does (it is in ``gc.get_objects()`` once torch is imported)."""
+
+    asked = 0
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        _Deprecated.asked += 1
+        warnings.warn("reduce_op is deprecated", FutureWarning, stacklevel=2)
+        return type(self)
+
+
+def test_stopping_an_embedded_broker_asks_no_object_its_class() -> None:
+    # Stopping looks for amqtt's leftover streams among every object; asking each for its
+    # ``__class__`` (isinstance's fallback) made torch's deprecated object warn after every run,
+    # and the run log said "something unexpected happened".
+    kept = _Deprecated()
+    broker = EmbeddedBroker()
+    broker.start()
+    broker.stop()
+    assert kept is not None and _Deprecated.asked == 0
