@@ -10,6 +10,8 @@ model, are likely the bound: the figures say which.
 Runners (same process, same folder, one full pass each):
   warpdeck    NumPy backend, 1 lane, the spec's defaults: no host threads pinned, the autotuner
               on; the image source decodes on the lane's fill threads
+  pinned      as warpdeck, with [host] fill_workers = 2 (one per core): a diagnostic of the
+              tuner's choice, not judged
   dataloader  torch DataLoader(batch_size=64) over a Dataset that decodes one image the same way
               with Pillow; the model in the main process; num_workers tuned by hand: the best of
               0, 1, 2 and 4 (each a full pass)
@@ -43,11 +45,13 @@ BATCH = 64
 SIZE = 64
 SIZES = (256, 512)
 DL_WORKERS = (0, 1, 2, 4)
+PINNED_FILL = 2
 SHARED_LOAD = 1.5  # load average above which the figures are marked as taken on a shared machine
 
 
-def run_warpdeck(folder: Path) -> dict[str, Any]:
-    """One engine run over ``folder`` with the spec's defaults, in a fresh run directory."""
+def run_warpdeck(folder: Path, fill: int | None = None) -> dict[str, Any]:
+    """One engine run over ``folder`` in a fresh run directory: the spec's defaults, or ``fill``
+    threads pinned (the tuner then leaves the fill alone)."""
     spec = parse_spec({
         "name": "bench-images", "backend": "numpy", "batch_size": BATCH,
         "source": {"kind": "images", "path": str(folder), "size": [SIZE, SIZE], "mode": "RGB",
@@ -55,6 +59,7 @@ def run_warpdeck(folder: Path) -> dict[str, Any]:
         "sink": {"kind": "null"},
         "stages": [{"fn": "warpdeck.examples.classify:classify", "framework": "torch",
                     "factory": "warpdeck.examples.classify:make_model", "out_shape": [10], "out_dtype": "float32"}],
+        **({"host": {"fill_workers": fill}} if fill is not None else {}),
     })
 
     async def go(run_dir: str) -> Any:
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         gen_s = time.perf_counter() - g0
         mb = sum(p.stat().st_size for p in paths) / 1e6
         wd = run_warpdeck(folder)
+        pinned = run_warpdeck(folder, fill=PINNED_FILL)
         dls = {w: run_dataloader(paths, w) for w in DL_WORKERS}
     best = max(dls, key=lambda w: dls[w]["images_s"])
     dl = dls[best]
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
          f"{dl['wall_s']:.2f}", f"{dl['device_busy']:.3f}", "", "", verdict(None)],
         ["warpdeck (defaults, tuner on)", f"{wd['images_s']:.1f}", f"{wd['wall_s']:.2f}",
          f"{wd['device_busy']:.3f}", f"{ratio:.3f}", "> 1.00", verdict(ratio > 1.0)],
+        [f"warpdeck, fill pinned at {PINNED_FILL} (diagnostic)", f"{pinned['images_s']:.1f}", f"{pinned['wall_s']:.2f}",
+         f"{pinned['device_busy']:.3f}", f"{pinned['images_s'] / dl['images_s']:.3f}", "", verdict(None)],
     ]
     print_table(
         f"images: {n} images of {SIZES[0]}-{SIZES[1]} px ({mb:.0f} MB, PNG and JPEG) -> {SIZE}x{SIZE} RGB float32 CHW, "
@@ -161,13 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  warpdeck: {threads}; depth {wd['slot_depth']}; steady {wd['steady_tasks_s']:.1f} tasks/s; "
           f"phase means (ms per batch) {ph}")
     print(f"  warpdeck {wd['bottleneck'] or 'bottleneck: (none reported)'}")
+    ph = " ".join(f"{k} {v * 1e3:.2f}" for k, v in pinned["mean_phase_s"].items())
+    print(f"  pinned: phase means (ms per batch) {ph}; {pinned['bottleneck'] or 'bottleneck: (none reported)'}")
     for t in wd["tuning"][-4:]:
         print(f"  tuner: {t}")
     shared = max(load_before, load_after) > SHARED_LOAD
     print(f"images written in {gen_s:.1f} s; load average {load_before:.2f} before, {load_after:.2f} after; "
-          f"{time.perf_counter() - t0:.0f} s" + (f" (shared machine: load average above {SHARED_LOAD})" if shared else ""))
+          f"{time.perf_counter() - t0:.0f} s"
+          + (f" (shared machine: load average above {SHARED_LOAD})" if shared else ""))
     write_json(args.json, "images", {"count": n, "sizes": list(SIZES), "batch_size": BATCH, "cores": cores,
-                                     "generate_s": gen_s, "megabytes": mb, "warpdeck": wd,
+                                     "generate_s": gen_s, "megabytes": mb, "warpdeck": wd, "warpdeck_pinned": pinned,
                                      "dataloader": {str(w): r for w, r in dls.items()}, "dataloader_best": best,
                                      "load_average": [load_before, load_after]})
     return 0
