@@ -38,7 +38,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from warpdeck.engine.edges.config import ImageSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import open_regular
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each
 
 __all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 
@@ -114,14 +114,7 @@ class ImageSourceImpl:
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         """Decode item j into ``out[j]``; each item's error (or None). Runs on a fill thread."""
-        errors: list[BaseException | None] = []
-        for j, t in enumerate(items):
-            try:
-                self._load_one(t.handle, out[j])
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - reported per task
-                errors.append(exc)
-        return errors
+        return load_each(items, out, lambda t, row: self._load_one(t.handle, row))
 
     def _load_one(self, path: Path, row: npt.NDArray[Any]) -> None:
         with open_regular(path) as f:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from warpdeck.engine.edges.config import ParquetSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each
 
 __all__ = ["ParquetSourceImpl", "flat_values", "table_key"]
 
@@ -204,14 +204,7 @@ class ParquetSourceImpl:
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         """Copy item j's row into ``out[j]``; each item's error (or None). Runs on a fill thread."""
-        errors: list[BaseException | None] = []
-        for j, t in enumerate(items):
-            try:
-                self._load_one(t.handle, out[j])
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - reported per task
-                errors.append(exc)
-        return errors
+        return load_each(items, out, lambda t, dest: self._load_one(t.handle, dest))
 
     def _load_one(self, row: int, dest: npt.NDArray[Any]) -> None:
         f, g, i = self._locate(row)

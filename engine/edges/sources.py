@@ -40,6 +40,7 @@ __all__ = [
     "SyntheticSourceImpl",
     "TaskInput",
     "item_nbytes",
+    "load_each",
     "open_source",
     "source_describes",
     "source_produces",
@@ -114,6 +115,20 @@ class Source(Protocol):
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def load_each(items: Sequence[TaskInput], out: npt.NDArray[Any],
+              load_one: Callable[[TaskInput, npt.NDArray[Any]], None]) -> list[BaseException | None]:
+    """``load_one`` for each item into its row of ``out``; each item's error (or None): a file
+    source's inputs fail one at a time, never their batch."""
+    errors: list[BaseException | None] = []
+    for j, t in enumerate(items):
+        try:
+            load_one(t, out[j])
+            errors.append(None)
+        except Exception as exc:  # noqa: BLE001 - reported per task
+            errors.append(exc)
+    return errors
 
 
 def _splitmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -245,14 +260,7 @@ class NpyDirSourceImpl:
             yield TaskInput(path.stem, BatchKey("npy", shape, self.spec.dtype or dtype.name), path)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
-        errors: list[BaseException | None] = []
-        for j, t in enumerate(items):
-            try:
-                self._load_one(t, out[j])
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - reported per task
-                errors.append(exc)
-        return errors
+        return load_each(items, out, self._load_one)
 
     @staticmethod
     def _load_one(t: TaskInput, row: npt.NDArray[Any]) -> None:
