@@ -24,9 +24,7 @@ The decisions this module protects:
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from collections.abc import Container, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from warpdeck.engine.edges.config import ImageSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import open_regular
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each
+from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each, safe_key
 
 __all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 
@@ -46,8 +44,6 @@ __all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 _FORMATS = ("PNG", "JPEG", "WEBP")
 _CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
-_MAX_KEY = 200  # SAFE_KEY's limit
 _RESAMPLE = Image.Resampling.BILINEAR
 
 
@@ -55,13 +51,7 @@ def image_key(relative: Path) -> str:
     """The task key of the image at ``relative`` (to the source folder): its folders and stem joined
     by ``__``, unsafe characters as ``_``, a leading dot as ``_`` (a hidden output is refused); a key
     over 200 characters keeps its start and ends in a hash of the whole path, so it stays unique."""
-    key = "__".join(_UNSAFE.sub("_", part) for part in relative.with_suffix("").parts)
-    if key.startswith("."):
-        key = "_" + key[1:]
-    if len(key) > _MAX_KEY:
-        digest = hashlib.blake2b(relative.as_posix().encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-        key = f"{key[: _MAX_KEY - len(digest) - 1]}-{digest}"
-    return key
+    return safe_key(relative.with_suffix("").parts, relative.as_posix().encode("utf-8", "surrogateescape"))
 
 
 class ImageSourceImpl:

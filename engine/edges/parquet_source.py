@@ -22,8 +22,6 @@ The decisions this module protects:
 from __future__ import annotations
 
 import bisect
-import hashlib
-import re
 import threading
 from collections.abc import Container, Iterator, Sequence
 from pathlib import Path
@@ -37,24 +35,16 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from warpdeck.engine.edges.config import ParquetSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each
+from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each, safe_key
 
 __all__ = ["ParquetSourceImpl", "flat_values", "table_key"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
-_MAX_KEY = 200  # SAFE_KEY's limit
 
 
 def table_key(value: object) -> str:
     """The task key a key column's ``value`` gives (see the module docstring)."""
     text = str(value)
-    key = _UNSAFE.sub("_", text) or "_"
-    if key.startswith("."):
-        key = "_" + key[1:]
-    if len(key) > _MAX_KEY:
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-        key = f"{key[: _MAX_KEY - len(digest) - 1]}-{digest}"
-    return key
+    return safe_key((text,), text.encode("utf-8", "surrogatepass"))
 
 
 def flat_values(arr: Any, shape: tuple[int, ...]) -> tuple[npt.NDArray[Any] | None, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 import math
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "item_nbytes",
     "load_each",
     "open_source",
+    "safe_key",
     "source_describes",
     "source_produces",
 ]
@@ -115,6 +117,26 @@ class Source(Protocol):
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+#: What a key may not hold (it names an output file): anything but letters, digits, ``_``, ``.``, ``-``.
+_UNSAFE_IN_KEY = re.compile(r"[^A-Za-z0-9_.\-]")
+#: The longest key (SAFE_KEY's limit).
+_MAX_KEY = 200
+
+
+def safe_key(parts: Sequence[str], whole: bytes) -> str:
+    """A task key from ``parts`` (a path's folders and stem, or one column value): each part's unsafe
+    characters as ``_``, the parts joined by ``__``, a leading dot as ``_`` (a hidden output is
+    refused); a key over 200 characters keeps its start and ends in a hash of ``whole`` (the name it
+    came from), so it stays unique."""
+    key = "__".join(_UNSAFE_IN_KEY.sub("_", part) for part in parts) or "_"
+    if key.startswith("."):
+        key = "_" + key[1:]
+    if len(key) > _MAX_KEY:
+        digest = hashlib.blake2b(whole, digest_size=8).hexdigest()
+        key = f"{key[: _MAX_KEY - len(digest) - 1]}-{digest}"
+    return key
 
 
 def load_each(items: Sequence[TaskInput], out: npt.NDArray[Any],
