@@ -40,7 +40,7 @@ from typing import Any
 import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
-from warpdeck.engine.control.looping import LoopThread, keep_connected
+from warpdeck.engine.control.looping import LoopThread, cancel_and_wait, keep_connected
 from warpdeck.engine.control.mqtt_internals import paho_socket
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.topics import Topics, check_name
@@ -204,9 +204,7 @@ class Heartbeater:
             await keep_connected(stopping, self._client_kwargs, session, lost)
         finally:
             if sampler is not None:
-                sampler.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sampler
+                await cancel_and_wait([sampler])
 
     async def _speak(self, client: Any, epoch: int, stopping: asyncio.Event) -> None:
         wid, topics, info = self.worker_id, self.topics, self.info

@@ -15,6 +15,10 @@ The decisions this module protects:
   never reads it, and asyncio prints "Future exception was never retrieved" with the error on
   stderr when the client is collected. ``connection`` reads it on the way out: the reconnect loop
   has already handled that error (an ``MqttError``) or is stopping.
+- aiomqtt waits for every acknowledgement with ``asyncio.wait_for``, which on Python 3.11 returns
+  the result when a cancellation lands in the same turn as the acknowledgement: the cancellation is
+  lost, and a task that publishes in a loop goes on. ``cancel_and_wait`` cancels again until each
+  task has ended (a seeded hostile flood once held the control plane's thread past its 12 s stop so).
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
 from typing import Any
 
 import aiomqtt
 
 from warpdeck.engine.control.mqtt_internals import disconnected
 
-__all__ = ["FIRST_BACKOFF_S", "LoopThread", "connection", "keep_connected", "wait_backoff"]
+__all__ = ["FIRST_BACKOFF_S", "LoopThread", "cancel_and_wait", "connection", "keep_connected", "wait_backoff"]
 
 _log = logging.getLogger(__name__)
 
@@ -152,6 +156,21 @@ async def wait_backoff(stopping: asyncio.Event, backoff: float) -> float:
         async with asyncio.timeout(backoff * _JITTER.uniform(0.5, 1.0)):
             await stopping.wait()
     return min(_MAX_BACKOFF_S, backoff * 2)
+
+
+async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], every_s: float = 0.1) -> None:
+    """Cancel ``tasks`` and wait until each has ended, cancelling again every ``every_s`` any that
+    carried on (see the module's docstring); then raise the first exception one of them ended with,
+    other than its cancellation, as awaiting each in turn would (every one is marked retrieved)."""
+    pending = set(tasks)
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every_s)
+    errors = [t.exception() for t in tasks if not t.cancelled()]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
 @contextlib.asynccontextmanager

@@ -44,9 +44,10 @@ import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress, EmbeddedBroker
 from warpdeck.engine.control.command_intake import CommandIntake
+from warpdeck.engine.control.drops import DropCounter
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.lag import InputLag
-from warpdeck.engine.control.looping import LoopThread, keep_connected
+from warpdeck.engine.control.looping import LoopThread, cancel_and_wait, keep_connected
 from warpdeck.engine.control.monitor import WorkerMonitor
 from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, WorkerStatus
 from warpdeck.engine.control.outbox import EVENT_PUBLISHERS, EventQueue, Summaries, flush_events, send_events
@@ -54,7 +55,7 @@ from warpdeck.engine.control.signing import Verifier
 from warpdeck.engine.control.socket_reads import BatchedReader, read_in_batches
 from warpdeck.engine.control.telemetry import EventTracker, StallEvents, TelemetryFrames
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Heartbeat, WireError, decode, encode
+from warpdeck.engine.control.wire import EngineState, Event, Heartbeat, WireError, decode, encode
 from warpdeck.engine.control.worker_auth import WorkerAuth
 from warpdeck.engine.control.worker_intake import WorkerIntake
 from warpdeck.engine.run.commands import Command, CommandResult
@@ -234,9 +235,7 @@ class ControlPlane:
             try:
                 await self._connect_loop(stopping)
             finally:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+                await cancel_and_wait([ticker])
         except Exception as exc:  # noqa: BLE001 - the engine runs on without a control plane
             self.error = f"{type(exc).__name__}: {exc}"
             _log.warning("control plane stopped: %s", self.error)
@@ -300,11 +299,7 @@ class ControlPlane:
                 if t is not stop and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]  # an MqttError: reconnect
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_and_wait(tasks)
 
     async def _read_loop(self, client: Any) -> None:
         # Messages never queue (see _direct_queue): this only waits for the connection to drop,

@@ -32,12 +32,13 @@ import aiomqtt
 
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.compact import unpack_record
+from warpdeck.engine.control.drops import DropCounter
 from warpdeck.engine.control.link_meter import LinkMeter, LinkView
-from warpdeck.engine.control.looping import LoopThread, keep_connected
+from warpdeck.engine.control.looping import LoopThread, cancel_and_wait, keep_connected
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import DropCounter, EngineState, Event, Telemetry, WireError, decode, encode, plain
+from warpdeck.engine.control.wire import EngineState, Event, Telemetry, WireError, decode, encode, plain
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
@@ -134,14 +135,8 @@ class RemoteEngine:
                 self.error = ""
                 reader = asyncio.create_task(self._read(client))
                 stop = asyncio.create_task(stopping.wait())
-                done, _ = await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
-                for t in (reader, stop):
-                    t.cancel()
-                for t in (reader, stop):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await t
-                if reader in done and reader.exception() is not None:
-                    raise reader.exception()  # type: ignore[misc]  # an MqttError: reconnect
+                await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+                await cancel_and_wait((reader, stop))  # raises the reader's MqttError: reconnect
             finally:
                 self._client = None
                 self.connected.clear()
@@ -151,9 +146,7 @@ class RemoteEngine:
             await keep_connected(stopping, lambda: {**self.address.client_kwargs(), "keepalive": 5,
                                                     "max_queued_incoming_messages": 10_000}, session, lost)
         finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            await cancel_and_wait([ticker])
 
     async def _tell_silence(self, stopping: asyncio.Event) -> None:
         """While no frame arrives (or the broker is away), hand the latest snapshot over again with

@@ -4,8 +4,8 @@ version, validated once at the socket.
 The decision this module protects: nothing from the broker reaches the engine or the monitor
 unvalidated. ``decode`` turns bytes into a model or raises ``WireError`` with a short reason
 (``oversized``, ``malformed``, ``invalid``, ``unknown_kind``, ``wrong_kind``, ``version``);
-``DropCounter`` counts them per reason so that the snapshot shows them and nothing raises into the
-engine. Timestamps on the wire are Unix seconds (``time.time()``); nothing compares them across
+``DropCounter`` (``drops.py``) counts them per reason so that the snapshot shows them and nothing
+raises into the engine. Timestamps on the wire are Unix seconds (``time.time()``); nothing compares them across
 machines except the command signature's expiry, which allows for clock skew.
 
 Every number on the wire is finite: the models refuse NaN and infinities (``invalid``), in their own
@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import zlib
-from collections import Counter
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -62,7 +61,6 @@ __all__ = [
     "Birth",
     "Death",
     "DeviceStats",
-    "DropCounter",
     "EngineState",
     "Event",
     "Heartbeat",
@@ -188,6 +186,8 @@ class Event(_Wire):
         "worker_lost",
         "worker_hung",
         "worker_recovered",
+        "worker_waiting",
+        "worker_gone",
         "stall_began",
         "stall_ended",
         "command_applied",
@@ -427,23 +427,3 @@ def _invalid(kind: str, exc: ValidationError, *, tagged: bool) -> WireError:
     first = errors[0] if errors else {"loc": (), "msg": str(exc)}
     where = ".".join(str(p) for p in first["loc"][1 if tagged else 0 :])
     return WireError("invalid", f"{kind}: {where}: {first['msg']}")
-
-
-class DropCounter:
-    """Counts dropped messages by reason; cheap to read from another thread (a copy is returned)."""
-
-    def __init__(self) -> None:
-        self._counts: Counter[str] = Counter()
-        self.last: str = ""
-
-    def drop(self, err: WireError | str, detail: str = "") -> None:
-        reason = err.reason if isinstance(err, WireError) else err
-        self._counts[reason] += 1
-        self.last = str(err) if isinstance(err, WireError) else f"{reason}: {detail}"
-
-    def counts(self) -> dict[str, int]:
-        return dict(self._counts)
-
-    @property
-    def total(self) -> int:
-        return sum(self._counts.values())

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from warpdeck.engine.control.wire import DropCounter, Payload, WireError, decode
+from warpdeck.engine.control.drops import DropCounter
+from warpdeck.engine.control.wire import Payload, WireError, decode
 
 Path_ = tuple[str | int, ...]
 MODELS: list[type[BaseModel]] = list(typing.get_args(typing.get_args(Payload)[0]))

@@ -18,7 +18,8 @@ from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
 from wd_wait import until
 
-from warpdeck.engine.control.outbox import EventQueue, Summaries
+from warpdeck.engine.control.looping import cancel_and_wait
+from warpdeck.engine.control.outbox import EventQueue, Summaries, send_events
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics
@@ -127,6 +128,33 @@ async def test_a_failed_publish_goes_back_to_the_head_unless_the_queue_is_full()
     assert q.dropped == 1
 
     assert [(await q.get()).subject for _ in range(2)] == ["a", "b"]
+
+
+async def test_the_planes_publishers_end_when_a_cancellation_lands_as_an_event_is_acknowledged() -> None:
+    """aiomqtt awaits each acknowledgement with ``asyncio.wait_for``, which on Python 3.11 returns the
+    result when a cancellation lands in the same turn as the acknowledgement: the cancellation is lost,
+    and an event publisher went on to wait for the next event. The plane's thread, awaiting it, missed
+    its 12 s stop ("thread warpdeck-control did not stop", a seeded hostile flood in CI). The
+    acknowledgement is in the test's hands here, to land it in that turn."""
+    loop = asyncio.get_running_loop()
+    q = EventQueue()
+    acks: list[asyncio.Future[None]] = []
+
+    class Client:  # publishes as aiomqtt's Client.publish waits for its PUBACK
+        async def publish(self, topic: str, payload: bytes, qos: int) -> None:
+            acks.append(ack := loop.create_future())
+            await asyncio.wait_for(ack, 10)
+
+    publisher = asyncio.create_task(send_events(Client(), "t", q))
+    try:
+        q.put(_ev())
+        await until(lambda: acks, 2, "the event's publish")
+        acks[0].set_result(None)
+        async with asyncio.timeout(2):
+            await cancel_and_wait([publisher])
+        assert publisher.cancelled() and len(acks) == 1 and len(q) == 0
+    finally:
+        publisher.cancel()
 
 
 def test_the_planes_dropped_events_are_counted_apart_from_the_messages_it_dropped() -> None:

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from warpdeck.engine.control.drops import DropCounter
 from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.telemetry import snapshot_from
 from warpdeck.engine.control.wire import (
     Birth,
     Death,
     DeviceStats,
-    DropCounter,
     EngineState,
     Event,
     Heartbeat,
@@ -165,3 +165,14 @@ def test_a_misspelt_state_in_telemetry_is_refused_naming_its_field(path: tuple[s
         decode(json.dumps(obj).encode(), frozenset(("telemetry",)))
     assert info.value.reason == "invalid"
     assert info.value.detail.startswith(f"telemetry: {'.'.join(map(str, path))}")
+
+
+def test_a_workers_note_reaches_an_attached_control_room() -> None:
+    """Why a worker waits (a Ray actor Ray cannot restart for want of room) travels with its row."""
+    from dataclasses import replace
+
+    tel = _telemetry()
+    row = replace(tel.workers[0], state=WorkerState.DEAD, note="restarting: waiting for 1 GPU")
+    back = decode(encode(tel.model_copy(update={"workers": (row,)})))
+    assert isinstance(back, Telemetry)
+    assert snapshot_from(back).workers[0].note == "restarting: waiting for 1 GPU"
