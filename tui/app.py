@@ -21,6 +21,7 @@ from textual.actions import ActionParseResult
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.dom import DOMNode
+from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.screen import ModalScreen, Screen
 from textual.suggester import Suggester
@@ -47,6 +48,7 @@ from warpdeck.tui.screens.timeline import TimelineScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.undo import UndoStack
 from warpdeck.tui.widgets.prompt_bar import Check, PromptBar
+from warpdeck.tui.worker_changes import WorkerLog, worker_changes
 
 __all__ = ["MAX_REPAINT_HZ", "WarpdeckApp"]
 
@@ -96,6 +98,8 @@ class WarpdeckApp(CommandMode, App[int]):
         self._last_paint = 0.0
         self._paint_timer: Timer | None = None
         self.collector = QuietCollector()
+        self.worker_log = WorkerLog()
+        """Every worker change notified in this room (the workers screen lists the latest)."""
         self.keys_seen = 0
         """Key presses so far: the board holds its snapshot parts back from a key's frame."""
         self.readonly_note = "read-only" if link.readonly else ""
@@ -128,6 +132,13 @@ class WarpdeckApp(CommandMode, App[int]):
         """What stopped the app, if an error did (Textual keeps it, and exits, on any error a
         handler lets out; actions are caught before, in ``run_action``)."""
         return self._exception
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Textual's, as plain text whatever the caller asks (screens pass ``markup=True`` on): a
+        notification repeats task keys, error text, a worker's note and what was typed, and read
+        as markup their brackets would change them (``[bold]`` vanishes, ``[/data]`` closes a tag)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def report_error(self, what: str, error: BaseException) -> None:
         """Show that ``what`` failed, and write its traceback to ``log_path``."""
@@ -220,7 +231,14 @@ class WarpdeckApp(CommandMode, App[int]):
 
     # -- snapshots ---------------------------------------------------------------------------------
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
-        self._pending = message.snapshot
+        snap, before = message.snapshot, self._pending or self.snapshot
+        if before is not None:  # a worker lost, waiting or back: said once, as it happens
+            # Against the snapshot that arrived last, painted or not: a change between two that
+            # arrived within one repaint is still told (and logged before any screen repaints).
+            for line, severity in worker_changes(before.workers, snap.workers):
+                self.worker_log.add(snap.t, line, severity)
+                self.notify(line, title="workers", severity=severity, timeout=10)
+        self._pending = snap
         wait = 1.0 / MAX_REPAINT_HZ - (time.monotonic() - self._last_paint)
         if wait <= 0 or message.snapshot.finished:
             self._apply_pending()

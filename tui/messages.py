@@ -1,7 +1,10 @@
 """Messages from the link to the app.
 
-``SnapshotArrived`` replaces any undelivered one, so a busy app skips straight to the newest
-state instead of replaying a backlog; the engine never waits on the UI.
+``SnapshotArrived`` replaces an undelivered one, so a busy app skips straight to the newest state
+instead of replaying a backlog; the engine never waits on the UI. It does not replace one whose
+workers read differently (``same_workers``): the room tells every loss, wait and return by comparing
+each snapshot with the one before it, and a skipped snapshot that showed one hid it (a loss followed
+by the wait for a restart was told as the wait alone).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from warpdeck.engine.api import EngineSnapshot, RunReport
+from warpdeck.tui.worker_changes import same_workers
 
 __all__ = ["EngineStopped", "SnapshotArrived"]
 
@@ -21,7 +25,9 @@ class SnapshotArrived(Message):
         self.snapshot = snapshot
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, SnapshotArrived)
+        """Whether the newer ``message`` may be delivered in this one's place: nothing a worker change
+        reads differs between the two (see the module's docstring)."""
+        return isinstance(message, SnapshotArrived) and same_workers(self.snapshot.workers, message.snapshot.workers)
 
 
 class EngineStopped(Message):

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
 
-from warpdeck.engine.api import EngineSnapshot
+from warpdeck.engine.api import EngineSnapshot, WorkerState
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
+from warpdeck.tui.messages import SnapshotArrived
 from warpdeck.tui.synthetic import SyntheticRun
 
 SIZE = (140, 40)
@@ -41,11 +43,11 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], WarpdeckA
     monkeypatch.setenv("NO_COLOR", "1")
     time.tzset()
 
-    def make() -> WarpdeckApp:
+    def make(stream: list[EngineSnapshot] | None = None) -> WarpdeckApp:
         run = _run()
         last = run.snapshot_at(SNAPSHOTS * DT)
         details = {f.key: run.detail(f.key, last.t) for f in last.failures}
-        return WarpdeckApp(StreamLink(list(run.stream(DT, SNAPSHOTS)), details=details))
+        return WarpdeckApp(StreamLink(stream or list(run.stream(DT, SNAPSHOTS)), details=details))
 
     yield make
     monkeypatch.undo()
@@ -81,6 +83,38 @@ def test_board_stalled_column(snap_compare: Callable[..., bool], make_app: Calla
 
 def test_workers(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=_shown, press=["2"])
+
+
+def _worker_lives() -> list[EngineSnapshot]:
+    """The stream with a Ray actor that is lost, waits for a GPU and is back in its last snapshots."""
+    stream = list(_run().stream(DT, SNAPSHOTS))
+    actor = replace(stream[0].workers[0], id="ray-1", host="node-b", pid=4242, epoch=3, note="")
+    lives = {SNAPSHOTS - 3: replace(actor, state=WorkerState.DEAD),
+             SNAPSHOTS - 2: replace(actor, state=WorkerState.DEAD, note="restarting: waiting for 1 GPU"),
+             SNAPSHOTS - 1: replace(actor, epoch=5, pid=4343)}
+    return [replace(snap, workers=(*snap.workers, lives.get(i, actor))) for i, snap in enumerate(stream)]
+
+
+def test_workers_with_changes(snap_compare: Callable[..., bool],
+                              make_app: Callable[..., WarpdeckApp]) -> None:
+    stream = _worker_lives()
+
+    async def one_by_one(pilot: Pilot[int]) -> None:
+        """The last three snapshots, each taken in before the next is sent: a snapshot still in the
+        app's queue is replaced by a newer one (``SnapshotArrived.can_replace``), so sent at once
+        the room would compare the first with the last."""
+        assert isinstance(pilot.app, WarpdeckApp)
+        room = pilot.app
+        for snap in stream[-3:]:
+            for _ in range(500):
+                if room.snapshot is not None and room.snapshot.seq == snap.seq - 1:
+                    break
+                await pilot.pause(0.01)
+            room.post_message(SnapshotArrived(snap))
+        await _shown(pilot)
+        room.clear_notifications()  # the list is what is compared, not the toasts over it
+
+    assert snap_compare(make_app(stream[:-3]), terminal_size=SIZE, run_before=one_by_one, press=["2"])
 
 
 def test_timeline(snap_compare: Callable[..., bool], make_app: Callable[[], WarpdeckApp]) -> None:

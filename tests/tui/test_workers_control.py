@@ -59,3 +59,24 @@ async def test_the_workers_screen_shows_the_line() -> None:
         text = str(app.screen.query_one("#control-summary", Static).render())
         assert "● connected" in text and "dropped 4 (4 invalid)" in text and "verdicts held once" in text
 
+
+
+async def test_a_worker_waiting_for_room_says_why_in_its_row() -> None:
+    """A Ray actor Ray cannot restart for want of room: its row says so after its state (issue 19)."""
+    from warpdeck.tui.widgets.worker_table import WorkerTable
+
+    run = SyntheticRun(2000, seed=3, transitions_per_s=200)
+    note = "restarting: waiting for 1 GPU"
+    stream = []
+    for s in run.stream(1.0, 4):
+        first, *rest = s.workers
+        stream.append(replace(s, workers=(replace(first, state="dead", note=note), *rest)))
+    app = WarpdeckApp(StreamLink(stream))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.seq == stream[-1].seq)
+        await pilot.press("2")
+        await pilot.pause()
+        table = app.screen.query_one(WorkerTable)
+        wid = stream[-1].workers[0].id
+        cell = str(table.get_cell(wid, "state"))
+        assert cell.endswith(f"dead · {note}"), cell

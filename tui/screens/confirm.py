@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -46,7 +47,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question, id="question")
+            yield Label(Text(self.question), id="question")  # it names task keys: text, not markup
             if self.type_to_confirm is not None:
                 yield Label(f"Type [b]{self.type_to_confirm}[/b] to confirm:", classes="hint")
                 yield Input(id="confirm-text")
@@ -74,7 +75,7 @@ class ConfirmScreen(ModalScreen[bool]):
         labels = self.query("#question")  # none once the dialog was answered during the wait
         if question != self.question and labels:
             self.question = question
-            labels.first(Label).update(question)
+            labels.first(Label).update(Text(question))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#yes", Button).disabled = event.value != self.type_to_confirm

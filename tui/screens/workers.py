@@ -1,11 +1,13 @@
-"""Workers: state, heartbeat age, phi, lanes busy, progress and device figures per worker, and
-the control plane they are heard through (broker, connection, what it dropped or refused, how far
-behind the monitor hears)."""
+"""Workers: state, heartbeat age, phi, lanes busy, progress and device figures per worker, the
+control plane they are heard through (broker, connection, what it dropped or refused, how far
+behind the monitor hears), and the latest worker changes (lost, hung, waiting, back) with the run's
+time of each, so a notification missed is not lost; the list takes no room until there is one."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.widgets import Static
@@ -60,17 +62,25 @@ class WorkersScreen(MainScreen):
     WorkersScreen .summary { height: 1; padding: 0 1; color: $text-muted; }
     /* Wraps rather than being cut: on a narrow terminal it takes two or three lines. */
     WorkersScreen #control-summary { height: auto; }
+    WorkersScreen #worker-log { height: auto; padding: 0 1; color: $text-muted; }
     """
+
+    #: Worker changes listed under the summaries, newest last (all of them are in ``app.worker_log``).
+    LOG_LINES = 5
 
     def __init__(self) -> None:
         super().__init__(name="workers")
         self._control = ""
+        self._logged = 0
 
     def compose(self) -> ComposeResult:
         yield StatusBar("workers")
         yield OutageBanner()
         yield Static("", classes="summary", id="workers-summary")
         yield Static("", classes="summary", id="control-summary")
+        log = Static("", id="worker-log")
+        log.display = False
+        yield log
         yield WorkerTable()
         yield FiguresStrip()
         yield KeyFooter()
@@ -95,7 +105,14 @@ class WorkersScreen(MainScreen):
         control = control_summary(snap.control)
         if control != self._control:  # an update lays out the line: only when it reads differently
             self._control = control
-            self.query_one("#control-summary", Static).update(control)
+            self.query_one("#control-summary", Static).update(Text(control))  # a broker's error text: no markup
+        log = warpdeck_app(self).worker_log
+        if log.said != self._logged:  # only when a change was added: the list is laid out anew
+            self._logged = log.said
+            shown = self.query_one("#worker-log", Static)
+            # As text, not markup: a note is the cluster's words, and may hold brackets.
+            shown.update(Text("\n".join(c.text() for c in log.latest(self.LOG_LINES))))
+            shown.display = bool(log)
 
     def action_sort(self) -> None:
         title = self.query_one(WorkerTable).cycle_sort()

@@ -86,7 +86,7 @@ class PromptBar(Vertical):
         event.stop()
         error = self._check(event.value) if self._check else None
         if error:
-            self._error.update(error)
+            self._error.update(Text(error))  # it quotes what was typed: text, not markup
             return
         self.close(event.value)
 

@@ -32,19 +32,27 @@ _MORE = "more"  # the key of the ``…`` column that says columns were left out
 
 
 def worker_cells(w: WorkerView) -> dict[str, str]:
-    """One worker's cells as text (a heartbeat age of None: the in-process worker, no heartbeat)."""
+    """One worker's cells as text (a heartbeat age of None: the in-process worker, no heartbeat); a
+    worker the engine knows to be waiting says why after its state (``dead · restarting: waiting
+    for 1 GPU``)."""
     badge = WORKER_GLYPHS.get(w.state)
     mem = "—"
     if w.mem_used_mb is not None and w.mem_total_mb:
         mem = f"{w.mem_used_mb / 1024:.1f}/{w.mem_total_mb / 1024:.1f} GiB"
     return {
-        "id": w.id, "state": f"{badge.glyph if badge else '?'} {w.state}",
+        "id": w.id, "state": f"{badge.glyph if badge else '?'} {w.state}" + (f" · {w.note}" if w.note else ""),
         "age": "in process" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s * 1000:,.0f} ms",
         "phi": "—" if w.phi is None else f"{w.phi:.1f}", "lanes": f"{w.lanes_busy}/{w.lanes}",
         "progress": f"{w.progress:,}", "util": "—" if w.util_pct is None else f"{w.util_pct:.0f}%", "mem": mem,
         "done": f"{w.tasks_done:,}", "failed": f"{w.tasks_failed:,}", "host": f"{w.host} · {w.pid}",
         "device": w.device,
     }
+
+
+def _text(cell: str) -> Text:
+    """A cell as text: a worker's host, device and note are its own words and may hold brackets,
+    which a ``str`` cell would have read as markup (``[/]`` raised, taking the room down)."""
+    return Text(cell, no_wrap=True, end="")
 
 
 def _sort_key(w: WorkerView, column: str) -> tuple[float, str]:
@@ -85,12 +93,12 @@ class WorkerTable(DataTable[Text | str]):
             cells = worker_cells(w)
             old = self._workers.get(wid)
             if old is None:
-                self.add_row(*(cells.get(k, "") for k in self._columns), key=wid)
+                self.add_row(*(_text(cells.get(k, "")) for k in self._columns), key=wid)
             elif old != w:
                 before = worker_cells(old)
                 for k in self._columns:
                     if k != _MORE and cells[k] != before[k]:
-                        self.update_cell(wid, k, cells[k], update_width=True)  # a wider cell widens its column
+                        self.update_cell(wid, k, _text(cells[k]), update_width=True)  # a wider cell widens its column
         self._workers = seen
         self._sort()
 
@@ -122,7 +130,7 @@ class WorkerTable(DataTable[Text | str]):
             self.add_column(titles.get(key, ELLIPSIS), key=key)
         for wid, w in self._workers.items():
             cells = worker_cells(w)
-            self.add_row(*(cells.get(k, "") for k in columns), key=wid)
+            self.add_row(*(_text(cells.get(k, "")) for k in columns), key=wid)
         self._sort()
         if current in self._workers:
             self.move_cursor(row=self.get_row_index(current))
