@@ -13,11 +13,17 @@ batches its process is SIGKILLed. Figures per kill: from ``os.kill`` to its batc
 queue (``leases.reclaimed`` grows), which conviction acted first (its Will through the broker, or
 Ray's actor-death error), and from ``os.kill`` to the actor re-born by Ray under a new epoch.
 
+Data modes and node loss (``_ray_data.py``): driver bytes per task and throughput with the engine
+shipping arrays or the actors reading and writing their own data, on 1 and 2 actors; and on a
+simulated multi-node cluster, from a node's removal to its batches running again.
+
 Bounds: dispatch overhead ≤ 2 ms per batch on one node (a lane's phases are milliseconds; more
 would need deeper rings to hide); requeue p99 ≤ 0.5 s (DESIGN.md: a killed worker convicted within
 0.5 s). Figures are wall-clock on this machine: compare only runs taken on the same one.
 
     python benchmarks/ray_dispatch.py [--quick] [--kills N] [--broker embedded|mqtt://host:port] [--json PATH]
+
+(``--broker``: the requeue and node-loss parts need a broker the actors reach; embedded by default.)
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import print_table, verdict, write_json
+from _ray_data import data_mode_run, make_inputs, node_loss
 
 from warpdeck.engine.api import Cancel, ControlSettings, Engine, PipelineSpec, parse_broker, parse_spec
 
@@ -120,6 +127,27 @@ async def _until(cond: Any, limit_s: float) -> None:
         await asyncio.sleep(0.002)
 
 
+def _node_loss(broker: str) -> dict[str, Any]:
+    """A head without CPUs and two worker nodes (one fake GPU each); the node of ray-1 removed."""
+    import ray  # noqa: PLC0415
+    from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0})
+    nodes = [cluster.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
+    try:
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+
+        def node_of(pid: int) -> Any:
+            """The node whose raylet started process ``pid`` (its parent)."""
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            return next(n for n in nodes if n.all_processes["raylet"][0].process.pid == ppid)
+
+        return asyncio.run(node_loss(broker, node_of, lambda n: cluster.remove_node(n, allow_graceful=False)))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer batches and one kill")
@@ -138,14 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     count = 64 * (100 if args.quick else 400)
     kills = args.kills if args.kills is not None else (1 if args.quick else 5)
-    with tempfile.TemporaryDirectory():
+    with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(_per_batch(_spec("local", 64 * 20)))
         local = asyncio.run(_per_batch(_spec("local", count)))
         asyncio.run(_per_batch(_spec("ray", 64 * 20)))
         remote = asyncio.run(_per_batch(_spec("ray", count)))
         empty, big = asyncio.run(_round_trips(20 if args.quick else 100))
         killed = asyncio.run(_kills(kills, args.broker))
-    ray.shutdown()
+        src = make_inputs(Path(tmp) / "in", 64 * (20 if args.quick else 80))
+        modes = [asyncio.run(data_mode_run(src, Path(tmp) / f"out-{d}-{w}", d, w))
+                 for w in (1, 2) for d in ("ship", "shared")]
+        ray.shutdown()
+        lost = None if args.address else _node_loss(args.broker)
     overhead = remote - local
     req = sorted(k["requeued_s"] for k in killed)
     p99 = req[min(len(req) - 1, round(0.99 * (len(req) - 1)))]
@@ -164,11 +196,21 @@ def main(argv: list[str] | None = None) -> int:
         ["SIGKILL -> actor back under a new epoch (p50)",
          f"{statistics.median(k['back_s'] for k in killed):.2f} s", "", verdict(None)],
     ]
+    for m in modes:
+        rows.append([f"data {m['data']}, {m['workers']} actor(s): 16 KiB tasks, bytes out / back per task",
+                     f"{m['out_bytes_per_task']:,.0f} / {m['back_bytes_per_task']:,.0f} B", "", verdict(None)])
+        rows.append(["  throughput (steady)", f"{m['tasks_s']:,.0f} tasks/s", "", verdict(None)])
+    if lost is not None:
+        rows.append(["node removed -> its batches requeued", f"{lost['requeued_s']:.3f} s",
+                     f"<= {REQUEUE_BOUND_S:g} s", verdict(lost["requeued_s"] <= REQUEUE_BOUND_S)])
+        rows.append(["node removed -> its batches running again", f"{lost['running_again_s']:.3f} s", "",
+                     verdict(None)])
+        rows.append(["  convicted first by", lost["by"], "", verdict(None)])
     print_table(f"ray_dispatch: Ray {ray.__version__}, broker {args.broker}, {count // 64} batches per dispatch run",
                 ["figure", "measured", "bound", "result"], rows, right=[False, True, True, False])
     write_json(args.json, "ray_dispatch", {"per_batch_local_s": local, "per_batch_ray_s": remote,
                                            "overhead_s": overhead, "call_rtt_s": empty, "mib_rtt_s": big,
-                                           "kills": killed})
+                                           "kills": killed, "data_modes": modes, "node_loss": lost})
     return 0
 
 

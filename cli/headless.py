@@ -3,7 +3,8 @@
 It reads only snapshots and the final report (the engine never imports rich). SIGINT and SIGTERM
 stop the run the way quitting the control room does: the engine stops, its report (status
 "stopped") is written and summarised, and the same command resumes it. A second signal is not
-caught: it interrupts the stopping itself.
+caught: it interrupts the stopping itself. A worker lost, back, waiting for room or gone prints one
+line as it happens (cli/worker_lines.py), and a worker still waiting at the end is in the summary.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from warpdeck.cli.worker_lines import WorkerLines
 from warpdeck.engine.api import (
     UNAUTHENTICATED,
     ControlSettings,
@@ -84,6 +86,8 @@ def summary_table(report: RunReport) -> Table:
     c = report.counts
     t.add_row("tasks", f"{c.done} done, {c.failed} failed, {c.cancelled} cancelled of {c.total}")
     t.add_row("backend", escape(f"{report.backend} on {report.device} ({report.backend_reason})"))
+    if report.executor:
+        t.add_row("executor", escape(report.executor))
     t.add_row("elapsed", f"{report.elapsed_s:.2f} s (first batch {report.first_batch_s or 0:.3f} s)")
     t.add_row("throughput", f"{report.throughput_tasks_s:,.1f} tasks/s, {report.throughput_bytes_s / 1e6:,.1f} MB/s"
               f" (steady {report.steady_tasks_s:,.1f} tasks/s)")
@@ -111,6 +115,8 @@ def summary_table(report: RunReport) -> Table:
         t.add_row("control plane", f"{control.broker or 'no broker'}: {control.commands_applied} command(s) applied, "
                   f"{refused} refused, {sum(control.dropped.values())} message(s) dropped, "
                   f"{control.workers_lost_count} worker(s) lost" + (f" ({control.error})" if control.error else ""))
+        for worker, note in sorted(control.workers_waiting.items()):
+            t.add_row("worker waiting", escape(f"{worker}: {note}"))
     for fail in report.failures[:_SHOWN_FAILURES]:
         t.add_row(Text("failed", style="red"), Text(f"{fail.key}: {fail.reason}"))
     if len(report.failures) > _SHOWN_FAILURES:
@@ -133,6 +139,8 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
             # full collection need not walk it. Full collections stop every thread, the control plane's
             # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
             gc.freeze()
+            lines = WorkerLines(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+            quiet = engine.events.subscribe(lines.listen)
             try:
                 watch = asyncio.create_task(_watch(engine, console, live), name="warpdeck-headless")
                 stop = asyncio.create_task(stopping.wait(), name="warpdeck-stop-signal")
@@ -142,6 +150,7 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
                     with contextlib.suppress(asyncio.CancelledError):
                         await task  # the watch's own failure (the engine's) is raised here
             finally:
+                quiet()
                 gc.unfreeze()
         # Leaving the engine stopped it if a signal came first; its report says so ("stopped").
         report = engine.report

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from warpdeck.cli.advise import add_advise_parser, run_advise
+from warpdeck.cli.check import add_check_parser, run_check
 from warpdeck.cli.run_log import LOG_NAME, RunLog
 from warpdeck.engine.api import (
     EXIT_STATUS_HELP,
@@ -102,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--trace", type=Path, metavar="FILE",
                         help="write the recording's timeline as a Trace Event Format file and exit (no control room)")
     add_advise_parser(sub)
+    add_check_parser(sub)
     return p
 
 
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return _remote(args, err)
     if args.command == "advise":
         return run_advise(args, err)
+    if args.command == "check":
+        return run_check(args, err)
     try:
         if args.command == "run":
             spec = load_spec(args.spec)
@@ -173,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err, exports)
     console = Console(stderr=False)
+    ray_log = _ray_log_size(spec, run_dir)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
 
     try:
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
     except (BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)  # one line, however long
         return ExitStatus.USAGE
     except OSError as exc:  # a trace file or a metrics port refused: nothing ran
         err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
@@ -194,7 +199,30 @@ def main(argv: list[str] | None = None) -> int:
         return ExitStatus.STOPPED
     _write_report(report, args.json, err)
     _closing_note(report, err)
+    _ray_note(spec, run_dir, ray_log, err)
     return report.exit_code
+
+
+def _ray_log_size(spec: PipelineSpec, run_dir: Path) -> int:
+    """The size of the run's ray.log before a Ray run (0 for a local run, which loads no scale-out code)."""
+    if spec.executor.kind != "ray":
+        return 0
+    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415 - only a Ray run loads scale-out code
+
+    return RayLog.size(run_dir)
+
+
+def _ray_note(spec: PipelineSpec, run_dir: Path, before: int, err: Console) -> None:
+    """After a Ray run that added to the run's ray.log (Ray's warnings and errors, the actors'
+    output), where it is."""
+    if spec.executor.kind != "ray":
+        return
+    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415
+
+    if (log := RayLog.grew(run_dir, before)) is not None:
+        err.print(f"warpdeck: Ray or the actors wrote warnings, errors or output during the run; see {log}",
+                  markup=False,
+                  highlight=False, soft_wrap=True)
 
 
 def _textual_unfit() -> str | None:
@@ -281,7 +309,7 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
 
     try:
         check_theme(theme)
-        log = RunLog(run_dir / LOG_NAME)
+        log, ray_log = RunLog(run_dir / LOG_NAME), _ray_log_size(spec, run_dir)
         with log.installed(), log.held():  # the terminal is the app's until it closes
             report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
                                       control=control, exports=exports)
@@ -289,7 +317,7 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
         err.print(f"error: {exc}", markup=False, highlight=False)
         return ExitStatus.JOURNAL
     except (UnknownTheme, BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitStatus.USAGE
     except OSError as exc:
         err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
@@ -303,6 +331,7 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
     Console().print(f"{spec.name}: {report.status}, {report.counts.done:,} done, {report.counts.failed:,} failed, "
                     f"{report.counts.cancelled:,} cancelled", markup=False, highlight=False)
     _closing_note(report, err)
+    _ray_note(spec, run_dir, ray_log, err)
     return report.exit_code
 
 

@@ -25,7 +25,7 @@ from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatc
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source
 from warpdeck.engine.edges.trace_export import trace_recording
-from warpdeck.engine.run.calibrate import advise
+from warpdeck.engine.run.calibrate import advise, with_plan
 from warpdeck.engine.run.commands import (
     COMMAND_ADAPTER,
     Cancel,
@@ -57,6 +57,10 @@ from warpdeck.engine.state.run_events import (
     RunEvents,
     StallEvent,
     WorkerConvicted,
+    WorkerGone,
+    WorkerReborn,
+    WorkerWaiting,
+    worker_line,
 )
 from warpdeck.engine.state.snapshot import (
     ControlView,
@@ -174,8 +178,11 @@ __all__ = [
     "TaskView",
     "WireError",
     "WorkerConvicted",
+    "WorkerGone",
+    "WorkerReborn",
     "WorkerState",
     "WorkerView",
+    "WorkerWaiting",
     "advise",
     "column_codes",
     "describe_bottleneck",
@@ -191,6 +198,8 @@ __all__ = [
     "select_backend",
     "torch_stage",
     "trace_recording",
+    "with_plan",
+    "worker_line",
 ]
 
 

@@ -33,7 +33,7 @@ from warpdeck.engine.control.wire import Event, Telemetry, encode_telemetry
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, QUEUED, STALLED
 from warpdeck.engine.state.read_only import read_only
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.run_events import RunEvent, StallEvent
+from warpdeck.engine.state.run_events import RunEvent, StallEvent, WorkerGone, WorkerWaiting
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskFailure, TaskView
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason, State
 
@@ -298,18 +298,20 @@ class EventTracker:
 
 
 class StallEvents:
-    """The run's stall events (``StallEvent``: one per batch, with its task count), heard on the
-    engine's loop (``on_run_event``: an append, nothing more) and told as wire events on the
-    plane's (``drain``). At most ``limit`` wait; past that the oldest go, counted in ``lost``."""
+    """The run's stall events (``StallEvent``: one per batch, with its task count), and its workers
+    waiting to be restarted or gone for good (Ray actors: ``WorkerWaiting``, ``WorkerGone``; a loss
+    and a return are the monitor's verdicts), heard on the engine's loop (``on_run_event``: an
+    append, nothing more) and told as wire events on the plane's (``drain``). At most ``limit``
+    wait; past that the oldest go, counted in ``lost``."""
 
     def __init__(self, limit: int = 1000) -> None:
-        self._heard: deque[StallEvent] = deque(maxlen=limit)
+        self._heard: deque[StallEvent | WorkerWaiting | WorkerGone] = deque(maxlen=limit)
         self.heard = 0
         self.told = 0
 
     def on_run_event(self, event: RunEvent) -> None:
-        """A run event (engine's loop): keep it if it is a stall."""
-        if isinstance(event, StallEvent):
+        """A run event (engine's loop): keep it if it is a stall, a worker's wait or its end."""
+        if isinstance(event, StallEvent | WorkerWaiting | WorkerGone):
             self._heard.append(event)
             self.heard += 1
 
@@ -325,6 +327,14 @@ class StallEvents:
         to_wall = time.time() - time.perf_counter()
         while self._heard:
             ev = self._heard.popleft()
+            if isinstance(ev, WorkerWaiting):
+                out.append(Event(what="worker_waiting", subject=ev.worker[:_TEXT], reason=ev.note[:_TEXT],
+                                 t=ev.t + to_wall))
+                continue
+            if isinstance(ev, WorkerGone):
+                out.append(Event(what="worker_gone", subject=ev.worker[:_TEXT], reason=ev.reason[:_TEXT],
+                                 t=ev.t + to_wall))
+                continue
             where = f"batch {ev.batch} on lane {ev.lane}" if ev.batch >= 0 else "tasks in the queue"
             out.append(Event(what="stall_began" if ev.began else "stall_ended",
                              subject=(f"{where}: {ev.note}" if ev.note else where)[:_TEXT], reason=ev.reason,

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from warpdeck.engine.edges.config_tables import ParquetSink, ParquetSource
+from warpdeck.engine.edges.executor_spec import ExecutorSpec, RuntimeEnvSpec, why_not_shared
 from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Target
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ParquetSource",
     "PipelineSpec",
     "RetrySpec",
+    "RuntimeEnvSpec",
     "SpecError",
     "SpecIssue",
     "StageSpec",
@@ -236,31 +238,6 @@ class FaultsSpec(_Model):
     before the run stops with nothing marked failed; 0 stops at once."""
 
 
-class ExecutorSpec(_Model):
-    """Where batches run: in this process, or on Ray actors (one long-lived actor per GPU, each a
-    worker with its own lanes and its own heartbeat). ``executor = "ray"`` is short for
-    ``[executor] kind = "ray"``."""
-
-    kind: Literal["local", "ray"] = "local"
-    """``local``: lanes in this process; ``ray``: lanes in Ray actors (``pip install 'warpdeck[ray]'``)."""
-    address: str | None = Field(default=None, min_length=1, max_length=512)
-    """The Ray cluster to join (``auto``, ``host:6379`` or ``ray://host:10001``); absent: a Ray
-    already started in this process, else a local one started for the run."""
-    workers: int | None = Field(default=None, ge=1, le=4096)
-    """Actors to start; absent: one per GPU the cluster has (at least one)."""
-    gpus_per_worker: float = Field(default=1.0, ge=0, le=64)
-    """GPUs each actor reserves (Ray's ``num_gpus``); 0 runs actors on CPUs only."""
-    max_restarts: int = Field(default=-1, ge=-1)
-    """How often Ray may restart a killed actor (-1: always). The engine requeues the batches it
-    held either way; Ray never retries a batch itself."""
-
-    @model_validator(mode="after")
-    def _ray_only(self) -> ExecutorSpec:
-        if self.kind == "local" and (self.address is not None or self.workers is not None):
-            raise ValueError("address and workers apply to kind = 'ray' only")
-        return self
-
-
 def _executor_shorthand(v: Any) -> Any:
     return {"kind": v} if isinstance(v, str) else v
 
@@ -308,6 +285,13 @@ class PipelineSpec(_Model):
     def _depth_in_range(self) -> PipelineSpec:
         if self.feeder.auto_depth and self.feeder.max_depth < self.slot_depth:
             raise ValueError("feeder.max_depth must be at least slot_depth")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_data_possible(self) -> PipelineSpec:
+        why = why_not_shared(self.source.kind, self.sink.kind)
+        if self.executor.data == "shared" and why:
+            raise ValueError(f"executor.data = 'shared': {why}; use 'auto' (ships it) or 'ship'")
         return self
 
 

@@ -25,7 +25,7 @@ The decisions this module protects:
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from warpdeck.engine.edges.config import ImageSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import open_regular
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each, safe_key
+from warpdeck.engine.edges.sources import BatchKey, KeyedTasks, TaskInput, load_each, safe_key
 
 __all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 
@@ -54,22 +54,24 @@ def image_key(relative: Path) -> str:
     return safe_key(relative.with_suffix("").parts, relative.as_posix().encode("utf-8", "surrogateescape"))
 
 
-class ImageSourceImpl:
+class ImageSourceImpl(KeyedTasks):
     """Every image file ``glob`` names in ``path``, sorted by path; each decoded into its row."""
 
-    def __init__(self, spec: ImageSource) -> None:
+    def __init__(self, spec: ImageSource, tasks: bool = True) -> None:
         self.spec = spec
         if not spec.path.is_dir():
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
-        files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix.lower() in SUFFIXES and not p.is_dir())
-        self._paths: dict[str, Path] = {}
+        # A loader only (``tasks=False``) lists nothing: the handles it decodes are paths.
+        files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix.lower() in SUFFIXES and not p.is_dir()) \
+            if tasks else []
+        self._tasks: dict[str, Path] = {}
         for p in files:
             key = image_key(p.relative_to(spec.path))
-            other = self._paths.setdefault(key, p)
+            other = self._tasks.setdefault(key, p)
             if other is not p:
                 raise SpecError(str(spec.path), [SpecIssue(
                     "source.glob", f"{other} and {p} both make task key {key!r}; rename one or narrow the glob")])
-        self.total: int | None = len(self._paths)
+        self.total: int | None = len(self._tasks) if tasks else None
         h, w = spec.size
         c = _CHANNELS[spec.mode]
         self._key = BatchKey("image", (h, w, c) if spec.layout == "HWC" else (c, h, w), spec.dtype)
@@ -79,28 +81,11 @@ class ImageSourceImpl:
         """The one batching key every task of this source has."""
         return self._key
 
-    def exclude(self, keys: Container[str]) -> int:
-        """Drop tasks by key before enumerating (a resumed run's done tasks are never opened again);
-        returns how many were dropped."""
-        before = len(self._paths)
-        self._paths = {k: p for k, p in self._paths.items() if k not in keys}
-        self.total = len(self._paths)
-        return before - len(self._paths)
-
-    def produces(self, key: str) -> bool:
-        """From the file list taken at start."""
-        return key in self._paths
-
     def describe(self, key: str) -> str:
         """The image file the task is decoded from; "" when the list holds none."""
-        p = self._paths.get(key)
+        p = self._tasks.get(key)
         return "" if p is None else f"{p} (as {self.spec.mode} {self.spec.size[0]}x{self.spec.size[1]}, " \
                                     f"{self.spec.resize}, {self.spec.dtype} {self.spec.layout})"
-
-    def items(self) -> Iterator[TaskInput]:
-        key = self._key
-        for k, p in self._paths.items():
-            yield TaskInput(k, key, p)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         """Decode item j into ``out[j]``; each item's error (or None). Runs on a fill thread."""

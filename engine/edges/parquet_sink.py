@@ -22,10 +22,11 @@ The decisions this module protects:
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ class ParquetSinkImpl:
         self.dir = directory
         self.row_group_size = row_group_size
         self._pid = os.getpid()
+        #: Numbers this process's own writes' temp names (sink threads write at once).
+        self._calls = itertools.count()
         self._lock = threading.Lock()
         self._next: int | None = None
         self._landed: frozenset[str] | None = None
@@ -107,18 +110,40 @@ class ParquetSinkImpl:
     def write_batch(self, keys: Sequence[str], outs: npt.NDArray[Any]) -> None:
         """Write ``outs[j]`` under ``keys[j]`` as one part file, renamed into place before returning;
         raises (and leaves nothing) when any of it fails."""
+        self.commit(keys, self.stage(keys, outs, f"{self._pid}-{next(self._calls)}"))
+
+    def stage(self, keys: Sequence[str], outs: npt.NDArray[Any], tag: str) -> tuple[str, ...]:
+        """The batch as one temp part file ``.part-staged.parquet.<tag>.tmp``, not yet numbered
+        nor renamed (``commit`` does both)."""
         if outs.dtype.kind == "c":
             raise ValueError(f"{outs.dtype} outputs have no Parquet type; write them to an npy_dir sink")
         table = pa.table({"key": pa.array(list(keys), pa.string()), "output": fixed_size_lists(outs[: len(keys)])})
         self.dir.mkdir(parents=True, exist_ok=True)
-        number = self._take_number()
-        final = self.dir / f"part-{number:05d}.parquet"
-        tmp = self.dir / f".part-{number:05d}.parquet.{self._pid}{TMP_SUFFIX}"
+        tmp = self.dir / f".part-staged.parquet.{tag}{TMP_SUFFIX}"
         try:
             # Through a Python file: a full disk raises OSError with its errno (an outage, not a failure).
             with tmp.open("wb") as f:
                 pq.write_table(table, f, row_group_size=self.row_group_size)
-            tmp.replace(final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return (tmp.name,)
+
+    def commit(self, keys: Sequence[str], staged: tuple[str, ...], drop: Collection[str] = ()) -> None:
+        """Rename the staged part to the next ``part-NNNNN.parquet``; rows of ``drop`` (tasks cancelled
+        meanwhile) are first written out of it (rare: the part is rewritten)."""
+        (name,) = staged
+        tmp = self.dir / name
+        try:
+            if drop and any(k in drop for k in keys):
+                table = pq.read_table(tmp)
+                keep = [j for j, k in enumerate(keys) if k not in drop]
+                if not keep:
+                    tmp.unlink()
+                    return
+                with tmp.open("wb") as f:
+                    pq.write_table(table.take(keep), f, row_group_size=self.row_group_size)
+            tmp.replace(self.dir / f"part-{self._take_number():05d}.parquet")
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from warpdeck.engine.edges.config import ParquetSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, load_each, safe_key
+from warpdeck.engine.edges.sources import BatchKey, KeyedTasks, TaskInput, load_each, safe_key
 
 __all__ = ["ParquetSourceImpl", "flat_values", "table_key"]
 
@@ -71,10 +71,10 @@ def _spec_error(field: str, message: str) -> SpecError:
     return SpecError("parquet source", [SpecIssue(f"source.{field}", message)])
 
 
-class ParquetSourceImpl:
+class ParquetSourceImpl(KeyedTasks):
     """Every row of ``path`` (a file, or the sorted ``.parquet`` files of a directory)."""
 
-    def __init__(self, spec: ParquetSource) -> None:
+    def __init__(self, spec: ParquetSource, tasks: bool = True) -> None:
         self.spec = spec
         path = spec.path
         if path.is_dir():
@@ -89,7 +89,7 @@ class ParquetSourceImpl:
         self._file_starts: list[int] = []
         self._group_starts: list[list[int]] = []
         #: Key -> global row index, in file and row order (what ``items`` yields).
-        self._rows: dict[str, int] = {}
+        self._tasks: dict[str, int] = {}
         start = 0
         for path_ in self._files:
             try:
@@ -103,9 +103,10 @@ class ParquetSourceImpl:
                 groups.append(groups[-1] + meta.row_group(g).num_rows)
             self._file_starts.append(start)
             self._group_starts.append(groups)
-            self._add_keys(path_, pf, start, groups[-1])
+            if tasks:  # a loader only (handles are global rows) needs the footers, not the keys
+                self._add_keys(path_, pf, start, groups[-1])
             start += groups[-1]
-        self.total: int | None = len(self._rows)
+        self.total: int | None = len(self._tasks) if tasks else None
         self._local = threading.local()
 
     @property
@@ -152,7 +153,7 @@ class ParquetSourceImpl:
             if value is None:
                 raise _spec_error("key", f"{path}: row {i} has no key (null)")
             key = table_key(value)
-            other = self._rows.setdefault(key, start + i)
+            other = self._tasks.setdefault(key, start + i)
             if other != start + i:
                 raise _spec_error("key", f"{self._where(other)} and {path} row {i} both make task key {key!r}")
 
@@ -168,29 +169,13 @@ class ParquetSourceImpl:
         f, _, _ = self._locate(row)
         return f"{self._files[f]} row {row - self._file_starts[f]}"
 
-    def exclude(self, keys: Container[str]) -> int:
-        """Drop tasks by key before enumerating (a resumed run's done tasks); returns how many."""
-        before = len(self._rows)
-        self._rows = {k: r for k, r in self._rows.items() if k not in keys}
-        self.total = len(self._rows)
-        return before - len(self._rows)
-
-    def produces(self, key: str) -> bool:
-        """From the keys read when the source opened."""
-        return key in self._rows
-
     def describe(self, key: str) -> str:
         """The file, row group and row the task is read from; "" when no row gives ``key``."""
-        row = self._rows.get(key)
+        row = self._tasks.get(key)
         if row is None:
             return ""
         f, g, _ = self._locate(row)
         return f"{self._files[f]}, row group {g}, row {row - self._file_starts[f]} (column {self.spec.column!r})"
-
-    def items(self) -> Iterator[TaskInput]:
-        key = self._key
-        for k, row in self._rows.items():
-            yield TaskInput(k, key, row)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         """Copy item j's row into ``out[j]``; each item's error (or None). Runs on a fill thread."""

@@ -8,12 +8,18 @@ A sink may also have ``write_batch(keys, outputs)`` (the Parquet sink, ``parquet
 batch's outputs in one call, all durable when it returns, or none (it raises, failing them all).
 The lanes call it instead of ``write`` per key where the sink, and every wrapper around it, has
 it (``batch_writer``): the smallest extension that lets a sink commit whole batches.
+
+A sink on storage other processes see (npy_dir, Parquet, null) may also split a write in two
+(``StagingSink``): ``stage`` writes a batch's outputs under temp names of one attempt (``tag``) on
+whatever machine computed them, ``commit`` renames them into place where the run is journaled.
+Ray actors stage; the engine commits only what its epoch fence lets through, so an attempt it gave
+up on leaves temp files, never outputs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
@@ -24,7 +30,7 @@ from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, Par
 from warpdeck.engine.edges.sources import SAFE_KEY
 
 __all__ = ["TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink",
-           "batch_writer", "open_sink", "sink_describes"]
+           "Staged", "StagingSink", "batch_writer", "open_sink", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -71,6 +77,24 @@ class DurableSink(Protocol):
         ...
 
 
+#: The temp files one attempt staged, as names in the sink's directory.
+Staged = tuple[str, ...]
+
+
+@runtime_checkable
+class StagingSink(Protocol):
+    """A sink whose writes can be staged by one process and committed by another."""
+
+    def stage(self, keys: Sequence[str], outs: npt.NDArray[Any], tag: str) -> Staged:
+        """Write ``outs[j]`` for ``keys[j]`` under temp names of attempt ``tag``; nothing lands.
+        Raises (leaving nothing) when any of it fails."""
+        ...
+
+    def commit(self, keys: Sequence[str], staged: Staged, drop: Collection[str] = ()) -> None:
+        """Put what ``stage`` wrote for ``keys`` in place, less the outputs of ``drop`` (removed)."""
+        ...
+
+
 class NpyDirSinkImpl:
     """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``."""
 
@@ -102,11 +126,12 @@ class NpyDirSinkImpl:
             n += 1
         return n
 
-    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+    def _tmp(self, key: str, tag: str) -> Path:
         if not SAFE_KEY.match(key) or key.startswith("."):
             raise ValueError(f"task key {key!r} cannot name an output file")
-        final = self.path(key)
-        tmp = self.dir / f".{key}.npy.{self._pid}{TMP_SUFFIX}"
+        return self.dir / f".{key}.npy.{tag}{TMP_SUFFIX}"
+
+    def _write_tmp(self, tmp: Path, out: npt.NDArray[Any]) -> None:
         try:
             try:
                 f = tmp.open("wb")
@@ -115,10 +140,40 @@ class NpyDirSinkImpl:
                 f = tmp.open("wb")
             with f:
                 np.lib.format.write_array(_PlainWriter(f), np.ascontiguousarray(out), allow_pickle=False)
-            tmp.replace(final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        tmp = self._tmp(key, str(self._pid))
+        self._write_tmp(tmp, out)
+        try:
+            tmp.replace(self.path(key))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def stage(self, keys: Sequence[str], outs: npt.NDArray[Any], tag: str) -> Staged:
+        """Each output to ``.<key>.npy.<tag>.tmp``, not renamed (``commit`` does that)."""
+        names: list[str] = []
+        try:
+            for j, key in enumerate(keys):
+                tmp = self._tmp(key, tag)
+                self._write_tmp(tmp, outs[j])
+                names.append(tmp.name)
+        except BaseException:
+            for name in names:
+                (self.dir / name).unlink(missing_ok=True)
+            raise
+        return tuple(names)
+
+    def commit(self, keys: Sequence[str], staged: Staged, drop: Collection[str] = ()) -> None:
+        """Rename each staged output to ``<key>.npy`` (atomic), removing those of ``drop``."""
+        for key, name in zip(keys, staged, strict=True):
+            if key in drop:
+                (self.dir / name).unlink(missing_ok=True)
+            else:
+                (self.dir / name).replace(self.path(key))
 
 
 class CallableSinkImpl:
@@ -146,6 +201,12 @@ class NullSinkImpl:
         return "discarded (null sink)"
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        pass
+
+    def stage(self, keys: Sequence[str], outs: npt.NDArray[Any], tag: str) -> Staged:
+        return ()
+
+    def commit(self, keys: Sequence[str], staged: Staged, drop: Collection[str] = ()) -> None:
         pass
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "BatchKey",
     "InputError",
     "IterableSource",
+    "KeyedTasks",
     "NpyDirSourceImpl",
     "Source",
     "SyntheticSourceImpl",
@@ -222,14 +223,16 @@ _UNUSABLE = BatchKey("npy", (), "uint8")
 class NpyDirSourceImpl:
     """Every file matching ``glob`` in ``path``, sorted; each read straight into its row."""
 
-    def __init__(self, spec: NpyDirSource) -> None:
+    def __init__(self, spec: NpyDirSource, tasks: bool = True) -> None:
         self.spec = spec
         if not spec.path.is_dir():
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
         # Everything the glob names is a task, so an odd entry fails visibly with its reason; only
         # directories not named like an input are skipped (a recursive glob yields those it visits).
-        self._files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix == ".npy" or not p.is_dir())
-        self.total: int | None = len(self._files)
+        # A loader only (``tasks=False``) lists nothing: the handles it loads are paths.
+        self._files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix == ".npy" or not p.is_dir()) \
+            if tasks else []
+        self.total: int | None = len(self._files) if tasks else None
         self._stems: frozenset[str] | None = None
         self._described = ("", "")
 
@@ -310,6 +313,33 @@ class NpyDirSourceImpl:
             raise InputError(str(path), f"truncated ({got} of {want.nbytes} data bytes)")
 
 
+class KeyedTasks:
+    """What a source whose tasks are all known when it opens, under one batching key, shares: its
+    tasks by key (``_tasks``: key -> the handle ``load`` takes, in enumeration order), enumerated,
+    asked after, and cut by a resume (the image and Parquet sources)."""
+
+    _tasks: dict[str, Any]
+    _key: BatchKey
+    total: int | None
+
+    def items(self) -> Iterator[TaskInput]:
+        key = self._key
+        for k, handle in self._tasks.items():
+            yield TaskInput(k, key, handle)
+
+    def exclude(self, keys: Container[str]) -> int:
+        """Drop tasks by key before enumerating (a resumed run's done tasks are never opened again);
+        returns how many were dropped."""
+        before = len(self._tasks)
+        self._tasks = {k: h for k, h in self._tasks.items() if k not in keys}
+        self.total = len(self._tasks)
+        return before - len(self._tasks)
+
+    def produces(self, key: str) -> bool:
+        """From the tasks known when the source opened."""
+        return key in self._tasks
+
+
 class IterableSource:
     """Arrays (or ``(key, array)`` pairs) from any Python iterable, for the API and ``callable``
     specs. Items are held until loaded."""
@@ -347,22 +377,25 @@ class IterableSource:
         return "an array from a Python iterable"
 
 
-def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource) -> Source:
-    """The source a spec section describes."""
+def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource, *,
+                tasks: bool = True) -> Source:
+    """The source a spec section describes. ``tasks=False``: a loader of the handles another
+    process enumerated (a Ray actor with shared data): it lists no folder and reads no key column,
+    so ``items`` yields nothing and ``total`` is None; ``load`` is the same."""
     if isinstance(spec, SyntheticSource):
         return SyntheticSourceImpl(spec)
     if isinstance(spec, NpyDirSource):
-        return NpyDirSourceImpl(spec)
+        return NpyDirSourceImpl(spec, tasks)
     if isinstance(spec, ImageSource):
         # Pillow is optional (warpdeck[images]): imported only by a run that reads images.
         from warpdeck.engine.edges.image_source import ImageSourceImpl  # noqa: PLC0415
 
-        return ImageSourceImpl(spec)
+        return ImageSourceImpl(spec, tasks)
     if isinstance(spec, ParquetSource):
         # pyarrow is optional (warpdeck[parquet]): imported only by a run that reads Parquet.
         from warpdeck.engine.edges.parquet_source import ParquetSourceImpl  # noqa: PLC0415
 
-        return ParquetSourceImpl(spec)
+        return ParquetSourceImpl(spec, tasks)
     return IterableSource(resolve_target(spec.target))
 
 

@@ -31,7 +31,16 @@ from typing import IO
 
 from warpdeck.engine.control.remote import read_recording
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.run_events import BatchFinished, CommandEvent, RunEvent, StallEvent, WorkerConvicted
+from warpdeck.engine.state.run_events import (
+    BatchFinished,
+    CommandEvent,
+    RunEvent,
+    StallEvent,
+    WorkerConvicted,
+    WorkerGone,
+    WorkerReborn,
+    WorkerWaiting,
+)
 from warpdeck.engine.state.snapshot import EngineSnapshot, WorkerView
 from warpdeck.engine.state.tasks import RUN_PHASES
 
@@ -259,7 +268,12 @@ class TraceWriter:
                     "applied": event.applied, "tasks": event.tasks, "message": event.message}, cat="command")
             case WorkerConvicted():
                 self._instant(f"worker {event.worker} convicted", _ENGINE, _ENGINE, "g", event.t, {
-                    "worker": event.worker, "epoch": event.epoch, "cause": event.cause}, cat="worker")
+                    "worker": event.worker, "epoch": event.epoch, "cause": event.cause, "batches": event.batches,
+                    "tasks": event.tasks}, cat="worker")
+            case WorkerReborn() | WorkerWaiting() | WorkerGone():  # back, waiting for room, gone
+                what = {WorkerReborn: "back", WorkerWaiting: "waiting", WorkerGone: "gone"}[type(event)]
+                self._instant(f"worker {event.worker} {what}", _ENGINE, _ENGINE, "g", event.t,
+                              {k: getattr(event, k) for k in event.__slots__ if k != "t"}, cat="worker")
 
     def _batch(self, ev: BatchFinished) -> None:
         rec = ev.record

@@ -46,6 +46,7 @@ from warpdeck.engine.state.advice import (
     Advice,
     BackendAdvice,
     Limits,
+    Plan,
     Sample,
     anchor,
     fit_model,
@@ -55,7 +56,7 @@ from warpdeck.engine.state.advice import (
 )
 from warpdeck.engine.state.records import BatchRecord
 
-__all__ = ["advise", "calibrate", "measure"]
+__all__ = ["advise", "calibrate", "measure", "with_plan"]
 
 BackendName = Literal["numpy", "cupy"]
 
@@ -104,13 +105,25 @@ def calibration_spec(spec: PipelineSpec, backend: BackendName, n: int, fill_work
     sink = NpyDirSink(kind="npy_dir") if isinstance(spec.sink, NpyDirSink) else spec.sink
     if isinstance(sink, ParquetSink):
         sink = ParquetSink(kind="parquet", row_group_size=sink.row_group_size)
+    pinned = _pinned(spec, n, fill_workers, sink_workers, slot_depth)
+    # A short ready queue: a drain finishes what was admitted, and that should not be much.
+    feeder = pinned.feeder.model_copy(update={"low_watermark": batch, "high_watermark": 3 * batch})
+    return pinned.model_copy(update={"backend": backend, "source": source, "sink": sink, "feeder": feeder,
+                                     "executor": ExecutorSpec()})
+
+
+def with_plan(spec: PipelineSpec, plan: Plan) -> PipelineSpec:
+    """``spec`` set to run as ``plan`` says: its batch size, ``[host]`` fill and sink threads and slot
+    depth, pinned (no tuner moves them, the feeder's depth tuning off)."""
+    return _pinned(spec, plan.batch_size, plan.fill_workers, plan.sink_workers, plan.slot_depth)
+
+
+def _pinned(spec: PipelineSpec, n: int, fill_workers: int, sink_workers: int, slot_depth: int) -> PipelineSpec:
+    """``spec`` with batch size ``n`` and these host threads and depth, none of them tuned."""
     host = spec.host.model_copy(update={"fill_workers": fill_workers, "sink_workers": sink_workers,
                                         "max_workers": max(spec.host.max_workers, fill_workers, sink_workers)})
-    # A short ready queue: a drain finishes what was admitted, and that should not be much.
-    feeder = spec.feeder.model_copy(update={"auto_depth": False, "max_depth": max(spec.feeder.max_depth, slot_depth),
-                                            "low_watermark": batch, "high_watermark": 3 * batch})
-    return spec.model_copy(update={"backend": backend, "batch_size": n, "slot_depth": slot_depth, "source": source,
-                                   "sink": sink, "host": host, "feeder": feeder, "executor": ExecutorSpec()})
+    feeder = spec.feeder.model_copy(update={"auto_depth": False, "max_depth": max(spec.feeder.max_depth, slot_depth)})
+    return spec.model_copy(update={"batch_size": n, "slot_depth": slot_depth, "host": host, "feeder": feeder})
 
 
 async def measure(spec: PipelineSpec, backend: BackendName, n: int, *, fill_workers: int = 1, sink_workers: int = 1,

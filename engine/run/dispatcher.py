@@ -291,9 +291,11 @@ class Dispatcher:
                 s.ready.put_retry(r, s.feeder.handles[r], isolate and s.spec.retry.isolate)
         s.fail(final, reason, tb)
 
-    def reclaim(self, worker: str, epoch: int, why: str) -> None:
-        """``worker`` is convicted under ``epoch``: take back every batch it held."""
+    def reclaim(self, worker: str, epoch: int, why: str, *, told: bool = True) -> None:
+        """``worker`` is convicted under ``epoch``: take back every batch it held. ``told`` off: a
+        goodbye the engine asked for, no loss to tell of and no return to wait for."""
         s = self.s
+        batches = tasks = 0
         for lease in s.leases.convict(worker, epoch):
             batch = lease.batch
             s.inflight -= 1
@@ -301,9 +303,11 @@ class Dispatcher:
             rows = s.live(batch.idx)
             s.table.clear_stall(rows)
             self.retry_or_fail(rows, f"worker {lease.worker} lost (epoch {lease.epoch}, {why})", "")
-        s.events.emit(WorkerConvicted(time.perf_counter(), worker, epoch, why))
-        if self._on_convicted is not None:
-            self._on_convicted(worker, epoch, why)
+            batches, tasks = batches + 1, tasks + len(rows)
+        if told:
+            s.events.emit(WorkerConvicted(time.perf_counter(), worker, epoch, why, batches, tasks))
+            if self._on_convicted is not None:
+                self._on_convicted(worker, epoch, why)
         s.kick()
 
     def worker_lost(self, worker: str, epoch: int, reason: str) -> None:

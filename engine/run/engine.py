@@ -78,7 +78,7 @@ class Engine:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
         #: executor = "ray": the actors that run the batches (None: lanes in this process).
-        self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend)
+        self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend, self.run_dir, control)
         self.backend = backend if backend is not None else select_backend(spec.backend)
         self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
         # A run given a run directory is durable by default: journaled there, resumed from there.
@@ -94,7 +94,7 @@ class Engine:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.state = self._make_state(workers)
         #: The lanes' host: hands out batches, hears their progress, retries or fails.
-        self.dispatcher = Dispatcher(self.state, self._convicted)
+        self.dispatcher = Dispatcher(self.state, self.executor.convicted if self.executor is not None else None)
         self.commands = CommandHandler(self.state, known_workers=self._known_workers, quarantine=self._quarantine)
         #: Outages (a full, read-only or failing disk) and journal failures, and when to stop.
         self.faults = FaultWatch(spec.faults.outage_timeout_s, self.state.events)
@@ -140,7 +140,7 @@ class Engine:
         # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
         sink = HeldSink(self.task_keys.guard(self.sink), self.outage, _sink_dir(self.sink, self.run_dir))
         if self.executor is not None:
-            return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for)
+            return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for, self.sink)
         host = self.spec.host
         return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
                      self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1)
@@ -305,7 +305,7 @@ class Engine:
             failures=[(t.keys[r], t.error(r), int(t.attempt[r])) for r in unfinished.tolist()],
             flags=[(t.keys[r], note) for r, note in sorted(t.flags().items())],
             resume=self.resume, journal=self.journal, temps_cleaned=self.temps_cleaned, control=self.control,
-            outage=self.outage, stopped_by=self.stopped_by,
+            outage=self.outage, stopped_by=self.stopped_by, executor=self.executor.describe() if self.executor else "",
             phase_clocks=dict(self.backend.phase_clocks),
             tuning=[f"lane {d.lane}: {d.reason} (depth {d.depth})" for d in self.state.tuner.decisions[-20:]])
 
@@ -383,7 +383,7 @@ class Engine:
         if plane is not None:
             await asyncio.to_thread(plane.connected.wait, 30)
             broker, interval, secret = plane.address, plane.settings.heartbeat_s, plane.settings.secret
-        await executor.start(broker, interval, secret)
+        await executor.start(broker, interval, secret, self.events)
 
     def _epoch_of(self, worker: str) -> int:
         """The epoch ``worker`` heartbeats under now (0 without a control plane)."""
@@ -397,11 +397,8 @@ class Engine:
     def _on_verdict(self, verdict: Verdict) -> None:
         """The monitor convicted a worker: take back every batch it held (on the engine's loop)."""
         if verdict.kind == "dead" and verdict.worker_id in self.worker_ids:
-            self.dispatcher.reclaim(verdict.worker_id, verdict.epoch, verdict.reason)
-
-    def _convicted(self, worker: str, epoch: int, why: str) -> None:
-        if self.executor is not None:
-            self.executor.convicted(worker, epoch, why)
+            asked = self.executor is not None and self.executor.asked_for(verdict.reason)  # the run's end: no news
+            self.dispatcher.reclaim(verdict.worker_id, verdict.epoch, verdict.reason, told=not asked)
 
     def _known_workers(self) -> list[str]:
         return [w.id for w in latest.workers] if (latest := self.publisher.latest) is not None else []
@@ -432,15 +429,15 @@ def _sink_dir(sink: Sink, run_dir: Path) -> str:
     return f"{where if isinstance(where, Path) else run_dir}{os.sep}"
 
 
-def _scale_out(spec: PipelineSpec, on_change: Callable[[], None], workers: int,
-               backend: Backend | None) -> tuple[RayExecutor | None, int, Backend | None]:
-    """For ``executor = "ray"``: the actors (joining the cluster), one worker per actor, and a
-    NumPy backend for the engine itself (it computes nothing). Otherwise what was given."""
+def _scale_out(spec: PipelineSpec, on_change: Callable[[], None], workers: int, backend: Backend | None,
+               run_dir: Path, control: ControlSettings | None) -> tuple[RayExecutor | None, int, Backend | None]:
+    """For ``executor = "ray"``: the actors (joining the cluster, Ray's lines to run_dir's ray.log), one
+    worker per actor, and a NumPy backend for the engine itself (it computes nothing). Else what was given."""
     if spec.executor.kind != "ray":
         return None, workers, backend
     from warpdeck.engine.scaleout.executor import RayExecutor  # noqa: PLC0415 - only a Ray run loads it
 
-    executor = RayExecutor(spec, on_change)
+    executor = RayExecutor(spec, on_change, run_dir=run_dir, control=control)
     return executor, len(executor.workers), backend or NumpyBackend("executor = ray: stages run on the actors")
 
 

@@ -20,14 +20,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
+from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, batch_writer
 
 __all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause"]
 
@@ -205,3 +205,8 @@ class HeldSink:
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._outage.retry("sink", self._where, lambda: self._sink.write(key, out))
+
+    def commit(self, keys: Sequence[str], staged: Staged) -> None:
+        """Put what an actor staged in place (``StagingSink.commit`` through the wrapped sink)."""
+        commit = self._sink.commit  # type: ignore[attr-defined]
+        self._outage.retry("sink", self._where, lambda: commit(keys, staged))

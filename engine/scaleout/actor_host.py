@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from warpdeck.engine.edges.sources import TaskInput
 from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
+from warpdeck.engine.scaleout.shared_data import portable
 from warpdeck.engine.state.records import BatchRecord, format_exception
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
 
@@ -60,6 +61,8 @@ class _Pending:
     record: BatchRecord | None = None
     rows: int = 0
     finishing: bool = False
+    #: Shared data: rows the actor's own source could not load (row, error).
+    fill_errors: list[tuple[int, BaseException]] = field(default_factory=list)
 
 
 class KeepingSink:
@@ -72,7 +75,7 @@ class KeepingSink:
         batch, _, row = key.partition("/")
         p = self._pending[int(batch)]
         if p.outputs is None:
-            p.outputs = np.empty((len(p.job.inputs), *out.shape), out.dtype)
+            p.outputs = np.empty((len(p.job), *out.shape), out.dtype)
         p.outputs[int(row)] = out
         p.rows += 1
 
@@ -91,7 +94,10 @@ class ActorHost:
         loop = asyncio.get_running_loop()
         p = _Pending(job, self.epoch_now(), time.perf_counter(), loop.create_future())
         self.pending[job.batch] = p
-        items = [TaskInput(f"{job.batch}/{j}", job.key, job.inputs[j]) for j in range(len(job.inputs))]
+        # The handle is what the lane's source loads: the row itself (shipped), or the engine's
+        # handle for the actor's own source (shared data).
+        handles = job.inputs if job.inputs is not None else [t.handle for t in job.items]
+        items = [TaskInput(f"{job.batch}/{j}", job.key, handles[j]) for j in range(len(job))]
         batch = Batch(job.batch, job.key, np.arange(len(items), dtype=np.int64), items, p.received)
         self._inbox[job.lane].put_nowait(batch)
         return p.done
@@ -108,6 +114,8 @@ class ActorHost:
             p = self.pending.get(batch.id)
             if p is not None and p.job.depth != lane.depth:
                 lane.set_depth(p.job.depth)
+            if p is not None and p.job.fill_workers and p.job.fill_workers != lane.workers(Phase.FILL):
+                lane.set_workers(Phase.FILL, p.job.fill_workers)
         return batch
 
     def on_started(self, batch: Batch) -> None:
@@ -117,7 +125,16 @@ class ActorHost:
         return False  # the engine fences; the actor always hands its result back
 
     def on_filled(self, batch: Batch, errors: Sequence[BaseException | None]) -> Batch:
-        return batch  # ArrivedSource never fails a row
+        """Rows the actor's own source could not load go back to the engine (its retry policy
+        judges them); the rest run. (``ArrivedSource`` never fails a row.)"""
+        p = self.pending.get(batch.id)
+        keep = [j for j, e in enumerate(errors) if e is None]
+        if p is not None:
+            p.fill_errors.extend((int(batch.items[j].key.partition("/")[2]), portable(e))
+                                 for j, e in enumerate(errors) if e is not None)
+            if not keep:  # nothing left to run: the lane drops the batch
+                self._finish_soon(p)
+        return Batch(batch.id, batch.key, batch.idx[keep], [batch.items[j] for j in keep], batch.formed_at)
 
     def on_phase(self, batch: Batch, phase: Phase) -> None:
         pass
@@ -158,6 +175,6 @@ class ActorHost:
         rec = p.record
         phases = rec.phases if rec is not None else tuple((0.0, 0.0) for _ in RUN_PHASES)
         outcome = BatchOutcome(p.job.batch, p.epoch, None if p.failure else p.outputs, p.failure, p.received,
-                               phases, rec.slot if rec is not None else -1)
+                               phases, rec.slot if rec is not None else -1, tuple(p.fill_errors))
         if not p.done.done():
             p.done.set_result(outcome)

@@ -11,7 +11,9 @@ The decisions this module protects:
   is committed whatever happens to its actor afterwards. So the journal, the sink and exactly-once
   stay in one place, as for in-process lanes.
 - Inputs are loaded by the engine's source on this lane's fill thread (the same ``Source`` as in
-  process: resume, input errors and retries behave alike), then travel as one array.
+  process: resume, input errors and retries behave alike), then travel as one array. With shared
+  data (``shared_data.py``) only the tasks' keys and handles travel: the actor loads and stages,
+  and this lane's sink thread commits (renames) what it staged, after ``claim`` as above.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotView
 from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
+
+#: The phases an actor measures (on its clock) for shipped batches, and with shared data.
+_ON_ACTOR = (Phase.H2D, Phase.COMPUTE, Phase.D2H)
+_ON_ACTOR_SHARED = (Phase.FILL, *_ON_ACTOR)
 
 
 class RemoteFailure(RuntimeError):
@@ -74,7 +80,8 @@ class RayLane:
     """Lane ``remote_lane`` of actor ``worker``, numbered ``lane_id`` among the engine's lanes."""
 
     def __init__(self, lane_id: int, worker: RemoteWorker, remote_lane: int, depth: int, host: DispatchHost,
-                 source: Source, sink: Sink, plan_for: Callable[[BatchKey], StagePlan], policy: str) -> None:
+                 source: Source, sink: Sink, plan_for: Callable[[BatchKey], StagePlan], policy: str,
+                 shared: bool = False) -> None:
         self.id = lane_id
         self.worker = worker
         self.remote_lane = remote_lane
@@ -83,6 +90,8 @@ class RayLane:
         self.sink = sink
         self.plan_for = plan_for
         self.policy = policy
+        #: Shared data: the actor loads and stages; this lane sends keys and commits.
+        self.shared = shared
         self._depth = max(2, depth)
         #: The slots live in the actor; the engine shows the batches it has out instead.
         self.ring: list[Slot] = []
@@ -191,7 +200,7 @@ class RayLane:
 
     async def _dispatch(self, batch: Batch) -> None:
         host = self.host
-        loaded = await self._fill(batch)
+        loaded = await (self._keys_only(batch) if self.shared else self._fill(batch))
         if loaded is None:
             return
         batch, inputs, fill = loaded
@@ -200,8 +209,10 @@ class RayLane:
         host.on_phase(batch, Phase.H2D)
         host.on_phase(batch, Phase.COMPUTE)
         sent = time.perf_counter()
+        items, fill_workers = (tuple(batch.items), self.workers(Phase.FILL)) if self.shared else ((), 0)
+        job = BatchJob(batch.id, self.remote_lane, batch.key, inputs, self._depth, items, fill_workers)
         try:
-            outcome = await self.worker.run(BatchJob(batch.id, self.remote_lane, batch.key, inputs, self._depth))
+            outcome = await self.worker.run(job)
         except WorkerDied as exc:
             host.worker_lost(self.worker.id, epoch, exc.detail)
             host.on_failed(batch, Phase.COMPUTE, exc)  # fenced now: rejected, its tasks already requeued
@@ -209,10 +220,19 @@ class RayLane:
         except WorkerCallFailed as exc:
             host.on_failed(batch, Phase.COMPUTE, exc)
             return
+        sent_items = batch.items  # the job's rows, before any failed to load
+        if outcome.fill_errors:  # shared data: inputs the actor could not load (input errors)
+            errors: list[BaseException | None] = [None] * len(batch)
+            for j, e in outcome.fill_errors:
+                errors[j] = e
+            batch = host.on_filled(batch, errors)
+            if len(batch) == 0:
+                return
+        markers = [] if fill is None else [fill]
         if outcome.failure is not None:
             phase, message, tb = outcome.failure
             host.on_failed(batch, Phase[phase.upper()], RemoteFailure(self.worker.id, phase, message, tb))
-            host.on_record(self._record(batch, [fill], outcome, sent, ok=False))
+            host.on_record(self._record(batch, markers, outcome, sent, ok=False))
             return
         claimed = host.claim(batch, outcome.epoch)
         if claimed is None:
@@ -222,7 +242,17 @@ class RayLane:
         if not claimed:  # convicted meanwhile: its tasks run elsewhere; this result is not written
             host.on_sunk(batch, [])
             return
-        await self._commit(batch, outcome, fill, sent, int(inputs.nbytes))
+        late = {sent_items[j].key: e for j, e in outcome.sink_errors}
+        await self._commit(batch, outcome, markers, sent, 0 if inputs is None else int(inputs.nbytes), late)
+
+    async def _keys_only(self, batch: Batch) -> tuple[Batch, None, None] | None:
+        """Shared data: nothing to load here; the batch goes unless its stages refuse its key."""
+        try:
+            self.plan_for(batch.key)
+        except Exception as exc:  # noqa: BLE001 - a stage's out_spec refusing this key fails the batch
+            self.host.on_failed(batch, Phase.FILL, exc)
+            return None
+        return batch, None, None
 
     async def _fill(self, batch: Batch) -> tuple[Batch, npt.NDArray[Any], Marker] | None:
         """Load the batch's inputs on the fill thread; None when nothing is left to send."""
@@ -251,14 +281,20 @@ class RayLane:
             return None
         return batch, inputs, fill
 
-    async def _commit(self, batch: Batch, outcome: BatchOutcome, fill: Marker, sent: float, in_bytes: int) -> None:
-        """Write the outputs through the engine's sink (this lane's sink thread), then report."""
+    async def _commit(self, batch: Batch, outcome: BatchOutcome, markers: list[Marker], sent: float, in_bytes: int,
+                      late: dict[str, BaseException]) -> None:
+        """Write the outputs through the engine's sink, or (shared data) rename what the actor
+        staged, on this lane's sink thread; then report. ``late``: rows the actor did not stage
+        or flagged (shared data), by key."""
         host = self.host
         host.on_phase(batch, Phase.D2H)
         host.on_phase(batch, Phase.SINK)
-        keys = [t.key for t in batch.items]
-        out = outcome.outputs
-        sink = self.streams.submit(Phase.SINK, lambda: write_outputs(self.sink, keys, out, self.policy))
+        if self.shared:
+            keys, staged, commit = outcome.staged_keys, outcome.staged, self.sink.commit  # type: ignore[attr-defined]
+            sink = self.streams.submit(Phase.SINK, lambda: commit(keys, staged) if keys else None)
+        else:
+            out, ordered = outcome.outputs, [t.key for t in batch.items]
+            sink = self.streams.submit(Phase.SINK, lambda: write_outputs(self.sink, ordered, out, self.policy))
         try:
             await sink.wait()
         except Exception as exc:  # noqa: BLE001 - the sink itself broke
@@ -267,8 +303,9 @@ class RayLane:
         self.batches_done += 1
         self.worker.batches_done += 1
         self.nbytes = max(self.nbytes, in_bytes + outcome.nbytes)
-        host.on_sunk(batch, sink.future.result())
-        host.on_record(self._record(batch, [fill, sink], outcome, sent, ok=True))
+        errors = [late.get(t.key) for t in batch.items] if self.shared else sink.future.result()
+        host.on_sunk(batch, errors)
+        host.on_record(self._record(batch, [*markers, sink], outcome, sent, ok=True))
 
     def _record(self, batch: Batch, markers: Sequence[Marker], outcome: BatchOutcome | None, sent: float,
                 ok: bool) -> BatchRecord:
@@ -277,10 +314,13 @@ class RayLane:
         phases = phase_spans(markers)
         if outcome is not None:
             shift = sent - outcome.received
-            for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H):
+            for p in _ON_ACTOR_SHARED if self.shared else _ON_ACTOR:
                 t0, t1 = outcome.phases[p - 1]
                 if t0:
                     phases[p - 1] = (t0 + shift, t1 + shift)
+            staged_at = outcome.phases[Phase.SINK - 1][0]
+            if self.shared and staged_at and phases[Phase.SINK - 1][1]:  # staged there, committed here
+                phases[Phase.SINK - 1] = (staged_at + shift, phases[Phase.SINK - 1][1])
         slot = outcome.slot if outcome is not None else -1
         return BatchRecord(batch.id, self.id, slot, len(batch), str(batch.key), batch.formed_at, tuple(phases), ok,
                            len(batch) * batch.key.nbytes, out_nbytes=len(batch) * self.plan_for(batch.key).out_nbytes)

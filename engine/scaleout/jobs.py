@@ -14,22 +14,31 @@ from typing import Any
 
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sources import BatchKey
+from warpdeck.engine.edges.sinks import Staged
+from warpdeck.engine.edges.sources import BatchKey, TaskInput
 
 __all__ = ["BatchJob", "BatchOutcome", "WorkerHello"]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchJob:
-    """One batch for one of an actor's lanes: its tasks' inputs, already loaded by the engine."""
+    """One batch for one of an actor's lanes: its tasks' inputs, already loaded by the engine
+    (``inputs``), or (shared data) the tasks themselves, for the actor to load (``items``)."""
 
     batch: int
     #: The actor's lane (0 … lanes-1) that runs it.
     lane: int
     key: BatchKey
-    inputs: npt.NDArray[Any]
+    inputs: npt.NDArray[Any] | None
     #: The lane's slot ring depth the engine asks for (the auto-tuner's choice).
     depth: int
+    #: Shared data: each task's key and handle (an index, a path, a row's place), no data.
+    items: tuple[TaskInput, ...] = ()
+    #: Shared data: the fill threads the engine's tuner chose for this lane (the actor loads).
+    fill_workers: int = 0
+
+    def __len__(self) -> int:
+        return len(self.items) if self.inputs is None else len(self.inputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,13 @@ class BatchOutcome:
     received: float
     phases: tuple[tuple[float, float], ...]
     slot: int = -1
+    #: Shared data: the rows that could not be loaded (row, error); the rest ran.
+    fill_errors: tuple[tuple[int, BaseException], ...] = ()
+    #: Shared data: the keys staged and their temp files (``StagingSink.stage``), for the engine
+    #: to commit, and the rows whose output was not staged or is flagged (row, error).
+    staged_keys: tuple[str, ...] = ()
+    staged: Staged = ()
+    sink_errors: tuple[tuple[int, BaseException], ...] = ()
 
     @property
     def nbytes(self) -> int:

@@ -7,6 +7,10 @@ The decisions this module protects:
   engine asks the actor again, once at a time: a restarted actor answers from its new process
   with a new epoch; a live one that was convicted is told to re-birth first. An actor Ray will
   not restart is *gone*: its lanes stop taking batches.
+- While it is asked, Ray's actor table is read beside the question (a call to a restarting actor
+  waits without a word): an actor Ray cannot place (no node has room) shows why in ``note``
+  (``restarting: waiting for 1 GPU``) instead of a silent stall. Each step is a run event, emitted
+  on the engine's loop: waiting, back under a new epoch, gone.
 """
 
 from __future__ import annotations
@@ -18,11 +22,18 @@ from typing import Any
 
 from warpdeck.engine.scaleout import raylink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
+from warpdeck.engine.state.run_events import RunEvent, WorkerGone, WorkerReborn, WorkerWaiting, now
 
 __all__ = ["RemoteWorker"]
 
 _FIRST_RETRY_S = 0.1
 _MAX_RETRY_S = 2.0
+#: How often Ray's actor table is read while an actor is asked and does not answer.
+_LOOK_S = 0.5
+
+
+def _quiet(_event: RunEvent) -> None:
+    """No one listens (a RemoteWorker outside an engine)."""
 
 
 class RemoteWorker:
@@ -38,6 +49,10 @@ class RemoteWorker:
         self.epoch = 0
         self.batches_done = 0
         self.error = ""
+        #: Why it is not working, from Ray's actor table ("" while it works or is not asked).
+        self.note = ""
+        #: Where its run events go (the engine's ``RunEvents.emit``).
+        self.emit: Callable[[RunEvent], None] = _quiet
         self.gone = asyncio.Event()
         self._on_change = on_change
         self._asking: asyncio.Task[None] | None = None
@@ -62,6 +77,16 @@ class RemoteWorker:
             self._asking = asyncio.get_running_loop().create_task(self._ask(epoch), name=f"warpdeck-{self.id}-rebirth")
 
     async def _ask(self, convicted: int) -> None:
+        looking = asyncio.get_running_loop().create_task(self._look(), name=f"warpdeck-{self.id}-look")
+        try:
+            await self._ask_until_back(convicted)
+        finally:
+            looking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await looking
+            self.note = ""
+
+    async def _ask_until_back(self, convicted: int) -> None:
         delay = _FIRST_RETRY_S
         while not self.gone.is_set():
             try:
@@ -70,23 +95,41 @@ class RemoteWorker:
                 self.error = str(exc)
                 if exc.permanent:
                     self.gone.set()
+                    self.emit(WorkerGone(now(), self.id, exc.detail))
                     self._on_change()
                     return
             else:
                 if hello.epoch > convicted:
+                    self.emit(WorkerReborn(now(), self.id, hello.epoch, hello.pid))
                     return
             await asyncio.sleep(delay)  # restarting: Ray answers again once the new process is up
             delay = min(2 * delay, _MAX_RETRY_S)
 
+    async def _look(self) -> None:
+        """Read Ray's actor table while the actor is asked: ``note`` says why it is not running;
+        a new reason to wait (resources no node has free) is a run event."""
+        said = ""
+        while True:
+            await asyncio.sleep(_LOOK_S)
+            note = await asyncio.to_thread(raylink.actor_waiting, self.handle) or ""
+            if self.gone.is_set():
+                return
+            self.note = note
+            if "waiting" in note and note != said:
+                self.emit(WorkerWaiting(now(), self.id, note))
+            said = note
+
     async def close(self, timeout_s: float) -> None:
-        """Stop the actor: its lanes finish, its heartbeat says goodbye; then end it for good."""
+        """Stop the actor: its lanes finish, its heartbeat says goodbye; then end it for good. One
+        still being asked (restarting, waiting for room, frozen) is not asked to stop: it is ended."""
+        back = self._asking is None or self._asking.done()
         if self._asking is not None:
             self._asking.cancel()
             with contextlib.suppress(BaseException):
                 await self._asking
         if self.handle is None:
             return
-        if not self.gone.is_set():
+        if back and not self.gone.is_set():
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancellation (3.11)
                     await raylink.call(self.handle, self.id, "stop")

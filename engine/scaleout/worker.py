@@ -21,20 +21,31 @@ import importlib.metadata
 import os
 import socket
 import time
+from dataclasses import replace
+from pathlib import Path
 
 from warpdeck.engine.backends import select_backend
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.edges.config import PipelineSpec
-from warpdeck.engine.edges.sources import BatchKey
+from warpdeck.engine.edges.sinks import StagingSink
+from warpdeck.engine.edges.sources import BatchKey, Source
 from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.run.torch_stages import stage_fns
 from warpdeck.engine.scaleout.actor_host import ActorHost, ArrivedSource, KeepingSink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
-from warpdeck.engine.state.records import StagePlan, plan_stages
+from warpdeck.engine.scaleout.shared_data import SharedData, stage_outputs
+from warpdeck.engine.state.records import StagePlan, format_exception, plan_stages
+from warpdeck.engine.state.tasks import Phase
 
 __all__ = ["LaneWorker"]
+
+#: Fault injection for tests (set through ``runtime_env.env_vars``), ``WORKER:SECONDS:MARKER``:
+#: worker WORKER, after staging a batch, waits SECONDS before answering, once (it creates the file
+#: MARKER, and never waits while it exists), so a test can kill it between writing its temp files
+#: and the engine's commit.
+HOLD_AFTER_STAGE_ENV = "WARPDECK_FAULT_HOLD_AFTER_STAGE"
 
 #: How long ``hello`` waits for the heartbeat's first connection before answering without it.
 _CONNECT_WAIT_S = 10.0
@@ -47,11 +58,20 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _fault_hold(worker_id: str, tag: str, staged: tuple[str, ...]) -> float:
+    """Seconds to wait under ``HOLD_AFTER_STAGE_ENV`` (0: not this worker, or held once already)."""
+    worker, seconds, marker = [*os.environ.get(HOLD_AFTER_STAGE_ENV, "").split(":", 2), "", "", ""][:3]
+    if worker != worker_id or not marker or Path(marker).exists():
+        return 0.0
+    Path(marker).write_text(f"{os.getpid()} {tag} {' '.join(staged)}")
+    return float(seconds)
+
+
 class LaneWorker:
     """``spec.lanes`` lanes on this process's device, fed batch by batch by the engine."""
 
     def __init__(self, spec: PipelineSpec, worker_id: str, broker: BrokerAddress | None,
-                 heartbeat_s: float = 0.5, secret: bytes | None = None) -> None:
+                 heartbeat_s: float = 0.5, secret: bytes | None = None, shared: SharedData | None = None) -> None:
         self.spec = spec
         self.worker_id = worker_id
         self.backend = select_backend(spec.backend)
@@ -65,8 +85,16 @@ class LaneWorker:
         self._secret = secret
         self._epoch = 0
         self.host = ActorHost(spec.lanes, self.epoch)
-        self.lanes = [Lane(i, self.backend, spec.slot_depth, self.host, ArrivedSource(), KeepingSink(self.host.pending),
-                           self._plan_for, spec.batch_size) for i in range(spec.lanes)]
+        #: Shared data: the actor's own source (its lanes load with it) and the sink it stages into.
+        source: Source = ArrivedSource()
+        self._stage_sink: StagingSink | None = None
+        if shared is not None:
+            source, self._stage_sink = shared.open()
+        self._hold = bool(os.environ.get(HOLD_AFTER_STAGE_ENV))
+        pins = spec.host
+        self.lanes = [Lane(i, self.backend, spec.slot_depth, self.host, source, KeepingSink(self.host.pending),
+                           self._plan_for, spec.batch_size, pins.fill_workers or 1, pins.sink_workers or 1)
+                      for i in range(spec.lanes)]
         self._running: asyncio.Task[None] | None = None
         self.heart: Heartbeater | None = None
         self._rebirth()
@@ -107,9 +135,29 @@ class LaneWorker:
 
     # -- batches --------------------------------------------------------------------------------
     async def run(self, job: BatchJob) -> BatchOutcome:
-        """Run one batch on lane ``job.lane``; its outputs come back in the outcome."""
+        """Run one batch on lane ``job.lane``; its outputs come back in the outcome, or (shared
+        data) are staged, and only the temp files' names come back."""
         self._ensure_running()
-        return await self.host.submit(job)
+        outcome = await self.host.submit(job)
+        if self._stage_sink is None or outcome.outputs is None:
+            return outcome
+        failed = {j for j, _ in outcome.fill_errors}
+        rows = [j for j in range(len(job)) if j not in failed]
+        tag = f"{self.worker_id}-e{outcome.epoch}-b{job.batch}"
+        t0 = time.perf_counter()
+        try:
+            keys, staged, errors = await asyncio.to_thread(stage_outputs, self._stage_sink,
+                                                           [job.items[j].key for j in rows], rows, outcome.outputs,
+                                                           self.spec.nonfinite, tag)
+        except Exception as exc:  # noqa: BLE001 - the batch fails in its sink phase, the engine judges
+            return replace(outcome, outputs=None, failure=("sink", f"{type(exc).__name__}: {exc}",
+                                                           format_exception(exc)))
+        phases = list(outcome.phases)
+        phases[Phase.SINK - 1] = (t0, time.perf_counter())
+        if self._hold:  # fault injection (tests)
+            await asyncio.sleep(await asyncio.to_thread(_fault_hold, self.worker_id, tag, staged))
+        return replace(outcome, outputs=None, phases=tuple(phases), staged_keys=keys, staged=staged,
+                       sink_errors=errors)
 
     def _ensure_running(self) -> None:
         if self._running is None:

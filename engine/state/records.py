@@ -32,6 +32,10 @@ class NonFiniteOutput(ValueError):
         self.written = written
         super().__init__(f"non-finite output: {bad} of {size} values are NaN or infinite")
 
+    def __reduce__(self) -> tuple[type[NonFiniteOutput], tuple[str, int, int, bool]]:
+        # Errors cross process boundaries (Ray actors that write their own outputs): keep every field.
+        return (NonFiniteOutput, (self.key, self.bad, self.size, self.written))
+
 
 @dataclass(frozen=True, slots=True)
 class StagePlan:

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from warpdeck.engine.edges.journal import JournalError
 from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus
@@ -149,6 +149,9 @@ class ReportControl(_Frozen):
     """Times the monitor's input ran a second or more behind, so that it held silence verdicts."""
     worst_input_lag_s: float = 0.0
     """The longest the monitor's input ran behind (measured with the engine's own heartbeats)."""
+    workers_waiting: dict[str, str] = Field(default_factory=dict)
+    """Workers not working at the end and why, where the engine knows (a Ray actor Ray could not
+    restart for want of room: ``restarting: waiting for 1 GPU``)."""
 
 
 class ReportOutages(_Frozen):
@@ -200,6 +203,8 @@ class RunReport(_Frozen):
     """Which clock timed each phase (host perf_counter, or the device's own events)."""
     tuning: list[str] = []
     """The tuner's last decisions, oldest first."""
+    executor: str = ""
+    """Where the batches ran when not in this process (Ray: actors, and who loaded and wrote the data)."""
     occupancy: dict[str, dict[str, float]]
     stall_s: dict[str, float]
     divergence_max: int
@@ -257,6 +262,7 @@ class RunFacts:
     stopped_by: str
     phase_clocks: dict[str, str] = field(default_factory=dict)
     tuning: list[str] = field(default_factory=list)
+    executor: str = ""
 
 
 def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
@@ -283,7 +289,8 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         commands_applied=plane.applied, commands_refused=dict(plane.refused), dropped=plane.dropped.counts(),
         workers_lost=sorted(plane.workers_lost()), workers_lost_count=plane.monitor.counters.workers_lost,
         error=plane.error,
-        lag_holds=plane.lag.holds, worst_input_lag_s=plane.lag.worst_s)
+        lag_holds=plane.lag.holds, worst_input_lag_s=plane.lag.worst_s,
+        workers_waiting={w.id: w.note for w in snap.workers if w.note})
     return RunReport(
         pipeline=snap.pipeline, status=snap.status, backend=snap.backend, backend_reason=snap.backend_reason,
         device=snap.device, lanes=len(snap.lanes), batch_size=facts.batch_size,
@@ -296,7 +303,7 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         device_busy=f.device_busy, device_busy_by_lane=dict(f.device_busy_by_lane), bottleneck=f.bottleneck,
         bottleneck_phase=f.bottleneck_phase, cpu_phase_s=dict(f.cpu_phase_s),
         host_threads={str(ln.id): {"fill": ln.fill_workers, "sink": ln.sink_workers} for ln in snap.lanes},
-        phase_clocks=facts.phase_clocks, tuning=facts.tuning,
+        phase_clocks=facts.phase_clocks, tuning=facts.tuning, executor=facts.executor,
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,

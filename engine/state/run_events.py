@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.task_states import StallName
 
-__all__ = ["BatchFinished", "CommandEvent", "RunEvent", "RunEvents", "StallEvent", "WorkerConvicted"]
+__all__ = ["BatchFinished", "CommandEvent", "RunEvent", "RunEvents", "StallEvent", "WorkerConvicted", "WorkerGone",
+           "WorkerReborn", "WorkerWaiting", "worker_line"]
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,69 @@ class WorkerConvicted:
     worker: str
     epoch: int
     cause: str
+    #: Batches and tasks taken back from it (0 and 0: the second report of a conviction, or a
+    #: worker that held nothing).
+    batches: int = 0
+    tasks: int = 0
 
 
-RunEvent = BatchFinished | StallEvent | CommandEvent | WorkerConvicted
+@dataclass(frozen=True, slots=True)
+class WorkerReborn:
+    """A convicted worker works again under a newer ``epoch`` (a Ray actor restarted in a new
+    process ``pid``, or re-born in the same one); pid 0 where unknown."""
+
+    t: float
+    worker: str
+    epoch: int
+    pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerWaiting:
+    """A worker is not running and why (``restarting: waiting for 1 CPU``: Ray restarts it but no
+    node has room for it)."""
+
+    t: float
+    worker: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGone:
+    """A worker that will not come back (Ray will not restart the actor): its lanes stop."""
+
+    t: float
+    worker: str
+    reason: str
+
+
+RunEvent = BatchFinished | StallEvent | CommandEvent | WorkerConvicted | WorkerReborn | WorkerWaiting | WorkerGone
+
+#: The most of a cause's or reason's detail a worker line repeats.
+_DETAIL = 160
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def worker_line(event: RunEvent) -> str | None:
+    """A worker event in one line, as the headless display and the control room both say it
+    (``worker ray-1 back under epoch 9 (pid 222)``); None for an event that is not a worker's."""
+    match event:
+        case WorkerConvicted():
+            cause, _, detail = event.cause.partition(":")
+            line = (f"worker {event.worker} convicted ({cause.strip() or 'unknown'}): "
+                    f"{_count(event.batches, 'batch', 'batches')}, {_count(event.tasks, 'task', 'tasks')} requeued")
+            return line + (f" ({detail.strip()[:_DETAIL]})" if detail.strip() else "")
+        case WorkerReborn():
+            pid = f" (pid {event.pid})" if event.pid else ""
+            return f"worker {event.worker} back under epoch {event.epoch}{pid}"
+        case WorkerWaiting():
+            return f"worker {event.worker} {event.note}"
+        case WorkerGone():
+            return f"worker {event.worker} gone: Ray will not restart it ({event.reason[:_DETAIL]})"
+    return None
 
 
 class RunEvents:

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, read_task
 from warpdeck.engine.edges.resume import ResumingSource
-from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
+from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, StagingSink, batch_writer
 from warpdeck.engine.edges.sources import Source, source_produces
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.commands import CommandResult
@@ -309,6 +309,15 @@ class UnlessCancelled:
             keys, outs = [keys[j] for j in keep], outs[keep]
         if keys:
             self._inner_batch(keys, outs)
+
+    def commit(self, keys: Sequence[str], staged: Staged) -> None:
+        """The inner (staging) sink's ``commit`` of what an actor staged, less the outputs of tasks
+        cancelled while it ran."""
+        inner = self.inner
+        assert isinstance(inner, StagingSink), "only a staging sink is given staged outputs"
+        drop = self._skip.intersection(keys)
+        self._skip.difference_update(drop)
+        inner.commit(keys, staged, drop)
 
 
 def _by_state(t: TaskTable, rows: npt.NDArray[np.int64]) -> list[tuple[str, list[str]]]:

@@ -28,7 +28,14 @@ from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Telemetry, WireError, decode, encode, encode_telemetry
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.run_events import BatchFinished, RunEvents, StallEvent
+from warpdeck.engine.state.run_events import (
+    BatchFinished,
+    RunEvents,
+    StallEvent,
+    WorkerConvicted,
+    WorkerGone,
+    WorkerWaiting,
+)
 from warpdeck.tui.synthetic import SyntheticRun
 
 _TELEMETRY = frozenset(("telemetry",))
@@ -188,6 +195,19 @@ def test_a_batch_stall_is_one_event_with_its_task_count() -> None:
     plane.stop()
     events.emit(StallEvent(13.0, "memory", 8, True, batch=9, lane=0))  # the plane has stopped listening
     assert plane.stalls.drain() == []
+
+
+def test_a_worker_waiting_to_be_restarted_or_gone_is_an_event_on_the_wire() -> None:
+    stalls = StallEvents()
+    stalls.on_run_event(WorkerWaiting(1.0, "ray-1", "restarting: waiting for 1 GPU"))
+    stalls.on_run_event(WorkerConvicted(1.5, "ray-1", 7, "will"))  # a loss is the monitor's verdict
+    stalls.on_run_event(WorkerGone(2.0, "ray-1", "max_restarts spent"))
+    waiting, gone = stalls.drain()
+    assert (waiting.what, waiting.subject, waiting.reason) == ("worker_waiting", "ray-1",
+                                                               "restarting: waiting for 1 GPU")
+    assert (gone.what, gone.subject, gone.reason) == ("worker_gone", "ray-1", "max_restarts spent")
+    assert gone.t - waiting.t == pytest.approx(1.0)
+    assert decode(encode(waiting)) == waiting and decode(encode(gone)) == gone
 
 
 def test_stall_events_beyond_the_limit_are_counted_lost() -> None:

@@ -29,6 +29,7 @@ class Model:
     fill_cpu: float = 0.02  # share of a core one loading thread burns while it runs
     gil_threads: int | None = None  # beyond this many threads, loading gets no faster
     floor: float = 0.0  # the device idles at least this share whatever the settings (engine gaps)
+    compute_cpu: float = 0.0  # share of a core compute burns while it runs (NumPy, torch on the CPU)
 
     def fill_rate(self, w: int) -> float:
         useful = w if self.gil_threads is None else min(w, self.gil_threads)
@@ -41,7 +42,7 @@ class Model:
         # A GIL-bound phase's threads wait for each other: each batch takes longer per thread.
         fill_mean = s.fill / self.fill_rate(s.fill)
         means = (fill_mean, 0.0005, self.compute_s, 0.0005, self.sink_s)
-        cpu = (self.fill_cpu * self.fill_s, 0.0, 0.0, 0.0, 0.0)
+        cpu = (self.fill_cpu * self.fill_s, 0.0, self.compute_cpu * self.compute_s, 0.0, 0.0)
         busy = tuple(m * N for m in means)
         spans = (span, span, span, span, span)
         return Window(means, cpu, busy, spans)
@@ -83,6 +84,22 @@ def test_a_cpu_bound_load_never_takes_more_cores_than_the_budget() -> None:
     assert tuner.cores_used() <= 2.0 + 1e-9
     held = tuner.threads([_Lane(seen[-1])])[0][0]
     assert held.why == "cpu" and held.cap == 2
+
+
+def test_a_core_partly_spare_buys_one_thread_on_trial_where_the_budget_is_the_machine() -> None:
+    # Decoding burns a core per thread (120 ms a batch); compute burns one too, 50 ms a batch, so at
+    # one fill thread it is busy 42 % and 0.6 of the 2 cores is spare: less than a thread's share,
+    # but a core idle while the device waits is wasted. One more thread, kept as it loads faster;
+    # then nothing is spare and the budget holds.
+    model = Model(0.120, 0.050, fill_cpu=0.96, compute_cpu=0.94)
+    tuner = Autotuner(DepthTuner(16, 1 << 40), 8, 2.0, machine_cores=2.0)
+    seen = _tune(model, tuner)
+    assert seen[-1].fill == 2 and max(s.fill for s in seen) == 2
+    assert tuner.threads([_Lane(seen[-1])])[0][0].why == "cpu"
+    assert seen[-10:] == [seen[-1]] * 10
+    # A budget set below the machine's cores ([host] cpu_cores = 2 on 4) is never passed.
+    held = Autotuner(DepthTuner(16, 1 << 40), 8, 2.0, machine_cores=4.0)
+    assert {s.fill for s in _tune(model, held)} == {1}
 
 
 def test_threads_that_do_not_help_are_taken_back_and_not_tried_again() -> None:

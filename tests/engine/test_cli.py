@@ -13,14 +13,11 @@ from pathlib import Path
 
 import pytest
 from wd_broker import Mosquitto
-
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
+from wd_cli import COMMAND, cli_env, warpdeck
 
 
 def _warpdeck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "120"}
-    return subprocess.run([sys.executable, "-m", "warpdeck.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120, check=False)
+    return warpdeck(*args, cwd=cwd)
 
 
 def _write(tmp: Path, body: str) -> Path:
@@ -150,8 +147,7 @@ def _until(cond: Callable[[], object], limit_s: float, what: str) -> None:
 
 
 def _launch(tmp: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "120"}
-    return subprocess.Popen([sys.executable, "-m", "warpdeck.cli", *args], cwd=tmp, env=env, text=True,
+    return subprocess.Popen([*COMMAND, *args], cwd=tmp, env=cli_env(120), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

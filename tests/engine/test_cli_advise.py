@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from wd_cli import warpdeck
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _warpdeck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "120"}
-    return subprocess.run([sys.executable, "-m", "warpdeck.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120, check=False)
+    return warpdeck(*args, cwd=cwd, support=False)
 
 
 def test_advise_prints_the_recommendation_and_writes_every_figure(tmp_path: Path) -> None:

@@ -4,13 +4,11 @@ the exporters, and a path or an address the machine refuses is a usage error nam
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
+from wd_cli import warpdeck
 
 SPEC = """
 name = "cli-exports"
@@ -29,9 +27,7 @@ fn = "wd_stages:double"
 
 
 def _warpdeck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "warpdeck.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120, check=False)
+    return warpdeck(*args, cwd=cwd, columns=200)
 
 
 def _spec(tmp: Path) -> Path:

@@ -102,7 +102,7 @@ async def test_parallel_sinks_finish_out_of_order_but_the_journal_commits_in_ord
     async with Engine(s, tmp_path, source=SleepySource(160), sink=sink) as eng:
         report = await eng.wait()
         records = list(eng.timeline)
-    assert report.counts.done == 160 and report.host_threads == {"0": {"fill": 1, "sink": 4}}
+    assert report.counts.done == 160 and report.host_threads["0"]["sink"] == 4
     assert sink.finished != sorted(sink.finished), "the sinks never overlapped: the test proves nothing"
     assert [r.batch for r in records] == sorted(r.batch for r in records)  # reported in batch order
     with sqlite3.connect(tmp_path / "journal.sqlite") as c:

@@ -16,7 +16,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from wd_build import spec
+from wd_cli import COMMAND, cli_env, warpdeck
 
 from warpdeck.engine.api import Engine, ExitStatus, IterableSource, JournalError, RunEvent, RunReport, StallEvent
 from warpdeck.engine.edges.journal import Journal
@@ -285,7 +285,6 @@ async def test_a_journal_that_fails_for_good_stops_the_run_at_once(
 
 
 # -- from the command line -------------------------------------------------------------------------
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
 CLI_SPEC = """
 name = "outage-cli"
 backend = "numpy"
@@ -306,9 +305,7 @@ outage_timeout_s = {timeout}
 
 
 def _warpdeck(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "COLUMNS": "160"}
-    return subprocess.run([sys.executable, "-m", "warpdeck.cli", "run", *args, "--headless", "--broker", "none"],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=120, check=False)
+    return warpdeck("run", *args, "--headless", "--broker", "none", cwd=cwd, columns=160)
 
 
 def _cli_spec(tmp_path: Path, out: Path, timeout: float, fn: str = "double") -> str:
@@ -346,9 +343,9 @@ def test_the_command_line_exits_6_when_the_journal_cannot_be_written(tmpfs: Moun
     # mid-run: the journal's disk fills and the spec allows no outage
     small = tmpfs("1m")
     spec_ = _cli_spec(tmp_path, tmp_path / "out2", 0, fn="slow_double_40ms")
-    proc = subprocess.Popen([sys.executable, "-m", "warpdeck.cli", "run", spec_, "--headless", "--broker", "none",
+    proc = subprocess.Popen([*COMMAND, "run", spec_, "--headless", "--broker", "none",
                              "--run-dir", str(small / "rd"), "--json", str(tmp_path / "r.json")],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(SUPPORT)}, text=True,
+                            cwd=tmp_path, env=cli_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -373,3 +373,25 @@ async def test_each_examples_trace_is_valid(example: str, tmp_path: Path) -> Non
     validate(events)
     compute = [e for e in events if e["ph"] == "X" and e["name"] == "compute"]
     assert sum(e["args"]["tasks"] for e in compute) == report.counts.done == 4 * spec.batch_size + 3
+
+
+def test_a_workers_loss_wait_and_return_are_global_instants(tmp_path: Path) -> None:
+    """Issue 19: a conviction says what it took back; a worker back, waiting for room or gone is an
+    instant too, with its fields as args."""
+    from warpdeck.engine.api import WorkerConvicted, WorkerGone, WorkerReborn, WorkerWaiting
+
+    path = tmp_path / "workers.json"
+    writer = TraceWriter(path, "workers")
+    _feed(writer, 0, 4)
+    for ev in (WorkerConvicted(1.01, "ray-1", 7, "will", 2, 16), WorkerWaiting(1.02, "ray-1", "restarting: waiting "
+               "for 1 GPU"), WorkerReborn(1.03, "ray-1", 9, 4321), WorkerGone(1.04, "ray-0", "restarts spent")):
+        writer.on_event(ev)
+    writer.close(None)
+    events = load(path)
+    validate(events)
+    shown = {e["name"]: e["args"] for e in events if e.get("cat") == "worker"}
+    assert shown["worker ray-1 convicted"] == {"worker": "ray-1", "epoch": 7, "cause": "will", "batches": 2,
+                                               "tasks": 16}
+    assert shown["worker ray-1 waiting"] == {"worker": "ray-1", "note": "restarting: waiting for 1 GPU"}
+    assert shown["worker ray-1 back"] == {"worker": "ray-1", "epoch": 9, "pid": 4321}
+    assert shown["worker ray-0 gone"] == {"worker": "ray-0", "reason": "restarts spent"}

@@ -6,20 +6,17 @@ Ray, real Mosquitto, the actor's real process."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 from wd_broker import Mosquitto
 from wd_build import spec as build_spec
 from wd_control import EngineThread, wait_for
-from wd_stages import RecordingSink
+from wd_stages import RecordingSink, assert_doubled_once
 
-from warpdeck.engine.api import Command, CommandResult, Pause, PipelineSpec, Resume
-from warpdeck.engine.edges.sources import synthetic_values
+from warpdeck.engine.api import Pause, PipelineSpec, Resume
 
 COUNT = 480
 BATCH = 8
@@ -29,11 +26,6 @@ def _spec(name: str) -> PipelineSpec:
     # 40 ms per batch of 8 (the stage sleeps): a run of a few seconds, long enough to kill into.
     return build_spec(["wd_stages:slow_double_40ms"], name=name, executor="ray", batch_size=BATCH,
                       source={"kind": "synthetic", "count": COUNT, "shape": [4], "dtype": "float32", "seed": 3})
-
-
-def _command(et: EngineThread, cmd: Command) -> CommandResult:
-    assert et.engine is not None and et._loop is not None
-    return asyncio.run_coroutine_threadsafe(et.engine.command(cmd), et._loop).result(10)
 
 
 def _busy_victim(et: EngineThread) -> tuple[Any, Any, int, int]:
@@ -50,20 +42,12 @@ def _busy_victim(et: EngineThread) -> tuple[Any, Any, int, int]:
 def _resume_and_finish(et: EngineThread, victim: Any, took_work: str) -> Any:
     """Resume the paused run, wait for its end; the victim must have done batches since."""
     done_before = victim.batches_done
-    assert _command(et, Resume()).ok
+    assert et.command(Resume()).ok
     wait_for(et.finished, 60, "run finished")
     report = et.report
     assert report.counts.done == COUNT and report.counts.failed == 0
     assert victim.batches_done > done_before, took_work
     return report
-
-
-def _check_outputs(sink: RecordingSink) -> None:
-    assert len(sink.writes) == COUNT, "an output is missing"
-    assert max(sink.writes.values()) == 1, "an output was written twice"
-    inputs = synthetic_values(3, list(range(COUNT)), (4,), np.dtype("float32"))
-    for i in range(COUNT):
-        np.testing.assert_array_equal(sink.out[f"syn-{i:08d}"], inputs[i] * 2 + 1)
 
 
 def test_a_killed_actor_loses_nothing_and_comes_back(ray_cluster: ModuleType, mosquitto: Mosquitto) -> None:
@@ -72,12 +56,12 @@ def test_a_killed_actor_loses_nothing_and_comes_back(ray_cluster: ModuleType, mo
         eng, victim, old_pid, old_epoch = _busy_victim(et)
         os.kill(old_pid, signal.SIGKILL)
         # Hold new batches until ray-1 is back, so that work is left for it whatever the timing.
-        assert _command(et, Pause()).ok
+        assert et.command(Pause()).ok
         wait_for(lambda: eng.leases.reclaimed >= 1, 10, "ray-1 convicted, its batches taken back")
         wait_for(lambda: victim.epoch > old_epoch, 60, "ray-1 restarted by Ray under a newer epoch")
         assert victim.hello is not None and victim.hello.pid != old_pid
         report = _resume_and_finish(et, victim, "the restarted actor took work again")
-    _check_outputs(sink)
+    assert_doubled_once(sink, COUNT)
     attempts = eng.table.attempt[: len(eng.table)]
     assert int((attempts == 2).sum()) == BATCH * eng.leases.reclaimed, "each taken-back task ran a second attempt"
     assert set(attempts.tolist()) == {1, 2}  # numbered from 1
@@ -91,7 +75,7 @@ def test_a_frozen_actor_is_given_up_at_once_and_re_born_when_it_wakes(ray_cluste
         eng, victim, pid, old_epoch = _busy_victim(et)
         os.kill(pid, signal.SIGSTOP)
         try:
-            assert _command(et, Pause()).ok  # hold new batches: work is left for ray-1 once it wakes
+            assert et.command(Pause()).ok  # hold new batches: work is left for ray-1 once it wakes
             # Silent: convicted by the monitor (phi / backstop); Ray says nothing (the process lives).
             wait_for(lambda: eng.leases.reclaimed >= 1, 15, "frozen ray-1 convicted")
             # Its fenced batches are given up at once (rejected): the engine does not wait for them.
@@ -104,4 +88,4 @@ def test_a_frozen_actor_is_given_up_at_once_and_re_born_when_it_wakes(ray_cluste
         assert victim.hello is not None and victim.hello.pid == pid, "the same process, re-born (not restarted)"
         _resume_and_finish(et, victim, "the re-born actor took work again")
     assert eng.leases.rejected == eng.leases.reclaimed >= 1
-    _check_outputs(sink)
+    assert_doubled_once(sink, COUNT)

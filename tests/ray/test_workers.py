@@ -10,6 +10,9 @@ from wd_broker import Mosquitto
 from wd_build import spec as build_spec
 from wd_control import EngineThread, wait_for
 
+from warpdeck.cli.worker_lines import WorkerLines
+from warpdeck.engine.api import RunEvent, WorkerConvicted, WorkerGone
+
 
 def test_the_worker_list_shows_both_actors(ray_cluster: ModuleType, mosquitto: Mosquitto) -> None:
     spec = build_spec(["wd_stages:sleep_100ms"], name="ray-workers", executor="ray",
@@ -43,3 +46,21 @@ def test_the_worker_list_shows_both_actors(ray_cluster: ModuleType, mosquitto: M
         heard = {s.worker_id: s for s in eng.control.workers}  # type: ignore[union-attr]
         assert {"ray-0", "ray-1"} <= set(heard)
         assert heard["ray-0"].info["pid"] == rows["ray-0"].pid
+
+
+def test_the_actors_goodbyes_as_a_run_ends_tell_of_no_loss(ray_cluster: ModuleType, mosquitto: Mosquitto) -> None:
+    """Asked to stop as the run ends, each actor says goodbye on the broker, which convicts its epoch:
+    a goodbye the engine asked for is no loss. No worker line (a CI run once printed ``convicted
+    (graceful): 0 batches`` and ``gone: Ray will not restart it`` after a clean end), no event."""
+    spec = build_spec(["wd_stages:double"], name="ray-bye", executor="ray",
+                      source={"kind": "synthetic", "count": 256, "shape": [4], "dtype": "float32"})
+    said: list[str] = []
+    events: list[RunEvent] = []
+    with EngineThread(spec, mosquitto.address) as et:
+        assert et.engine is not None
+        et.engine.events.subscribe(WorkerLines(said.append).listen)
+        et.engine.events.subscribe(events.append)
+        wait_for(et.finished, 60, "run finished")
+    assert et.report.counts.done == 256
+    assert said == [], said
+    assert not [e for e in events if isinstance(e, WorkerConvicted | WorkerGone)], events

@@ -18,7 +18,7 @@ from typing import Any
 import aiomqtt
 from wd_build import spec as build_spec
 
-from warpdeck.engine.api import Engine, EngineSnapshot, PipelineSpec
+from warpdeck.engine.api import Command, CommandResult, Engine, EngineSnapshot, PipelineSpec
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.monitor import MonitorConfig
 from warpdeck.engine.control.plane import ControlSettings
@@ -92,6 +92,11 @@ class EngineThread:
 
     def finished(self) -> bool:
         return self.report is not None
+
+    def command(self, cmd: Command) -> CommandResult:
+        """Send ``cmd`` to the engine on its own loop, from this (test) thread; its answer."""
+        assert self.engine is not None and self._loop is not None
+        return asyncio.run_coroutine_threadsafe(self.engine.command(cmd), self._loop).result(10)
 
     def snapshot(self) -> EngineSnapshot | None:
         assert self.engine is not None

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.edges.sources import BatchKey, TaskInput, synthetic_values
 
 POISON = 999.0
 
@@ -145,6 +145,16 @@ def hold_lanes(xp, inp, out):  # type: ignore[no-untyped-def]
     if lane in HELD_LANES:
         RELEASE_LANES.wait(60)
     out[...] = inp * 2
+
+
+def assert_doubled_once(sink: RecordingSink, count: int) -> None:
+    """Every task of a synthetic source (seed 3, shape (4,), float32) written to ``sink`` once, as
+    ``slow_double_40ms`` computes it: nothing lost, nothing doubled, nothing wrong."""
+    assert len(sink.writes) == count, "an output is missing"
+    assert max(sink.writes.values()) == 1, "an output was written twice"
+    inputs = synthetic_values(3, list(range(count)), (4,), np.dtype("float32"))
+    for i in range(count):
+        np.testing.assert_array_equal(sink.out[f"syn-{i:08d}"], inputs[i] * 2 + 1)
 
 
 def slow_double_40ms(xp: Any, inp: Any, out: Any) -> None:

@@ -1,0 +1,221 @@
+"""``warpdeck check SPEC``: is this spec ready to run here? Checked in seconds, nothing run.
+
+The decisions this module protects:
+- check never runs the pipeline and starts nothing: no engine, no actors, no run directory. It
+  validates the spec (a bad field is named as ``run`` names it), imports every stage function and
+  target, opens the source and counts its tasks (its ``total`` when known, else by enumerating up
+  to a cap), and with ``executor.kind = "ray"`` joins the cluster under ``connect_timeout_s`` and
+  sets what the spec asks for (workers x each actor's CPUs, GPUs and custom resources) against
+  what the alive nodes have. Ray's own lines go to a scratch log, never the terminal.
+- Each problem is one line on stderr (``error: ...``); the findings go to stdout, as text or, with
+  ``--json``, one JSON object (``ok``, ``problems``, ``spec``, ``source``, ``executor``). Exit 0
+  when nothing is wrong, 2 otherwise (as ``run`` for a spec that cannot run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from warpdeck.engine.api import BackendError, ExitStatus, PipelineSpec, SpecError, load_spec
+from warpdeck.engine.edges.sources import open_source
+
+__all__ = ["add_check_parser", "check_spec", "run_check"]
+
+#: A source that cannot say how many tasks it has is enumerated this far, no further.
+COUNT_CAP = 100_000
+#: ... and for at most this long.
+COUNT_BUDGET_S = 10.0
+#: Resources every Ray node has, left out of a node's line.
+_RAY_OWN = ("memory", "object_store_memory")
+
+
+def add_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``check`` subcommand and its flags."""
+    p = sub.add_parser("check", help="check a spec before a job: fields, imports, the source's tasks and, on Ray, "
+                       "the cluster (nothing runs)")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def run_check(args: argparse.Namespace, err: Console) -> int:
+    """Check, print, and the exit status: 0 ready, 2 not."""
+    result = check_spec(args.spec)
+    for problem in result["problems"]:
+        err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        out = Console(soft_wrap=True, highlight=False)
+        for line in _text(result):
+            out.print(line, markup=False)
+    return ExitStatus.FINISHED if result["ok"] else ExitStatus.USAGE
+
+
+def check_spec(path: Path) -> dict[str, Any]:
+    """Every finding about the spec at ``path``, as a JSON-ready dict."""
+    result: dict[str, Any] = {"spec": str(path), "ok": False, "problems": [], "pipeline": None, "stages": [],
+                              "source": None, "executor": None}
+    problems: list[str] = result["problems"]
+    try:
+        spec = load_spec(path)  # validates every field and imports every stage function and target
+    except SpecError as exc:
+        problems.extend(f"{exc.file}: {issue}" for issue in exc.issues)
+        return result
+    result["pipeline"] = spec.name
+    result["stages"] = [{"fn": s.fn, "framework": s.framework, "factory": s.factory} for s in spec.stages]
+    result["source"] = _source(spec, problems)
+    result["executor"] = _executor(spec, problems)
+    result["ok"] = not problems
+    return result
+
+
+def _source(spec: PipelineSpec, problems: list[str]) -> dict[str, Any]:
+    src = spec.source
+    where = getattr(src, "path", None) or getattr(src, "target", None)
+    found: dict[str, Any] = {"kind": src.kind, "where": str(where) if where is not None else None, "tasks": None,
+                             "counted": "unknown"}
+    try:
+        source = open_source(src)
+        total = source.total
+        if total is not None:
+            found.update(tasks=total, counted="total")
+        else:
+            n, deadline, complete = 0, time.monotonic() + COUNT_BUDGET_S, True
+            for _ in source.items():
+                n += 1
+                if n >= COUNT_CAP or time.monotonic() > deadline:
+                    complete = False
+                    break
+            found.update(tasks=n, counted="enumerated" if complete else "at least")
+    except Exception as exc:  # noqa: BLE001 - whatever opening the source raises is the finding
+        problems.append(f"source ({src.kind}): cannot be opened: {type(exc).__name__}: {exc}")
+        return found
+    if found["tasks"] == 0:
+        problems.append(f"source ({src.kind}{': ' + str(where) if where is not None else ''}): no tasks")
+    return found
+
+
+def _executor(spec: PipelineSpec, problems: list[str]) -> dict[str, Any]:
+    ex = spec.executor
+    if ex.kind != "ray":
+        return {"kind": "local"}
+    found: dict[str, Any] = {"kind": "ray", "address": ex.address, "connect_timeout_s": ex.connect_timeout_s,
+                             "joined": False, "join_s": None, "nodes": [], "data_mode": None, "data_why": None}
+    from warpdeck.engine.scaleout import raylink, reach  # noqa: PLC0415 - Ray itself loads only inside raylink's functions
+
+    found["data_mode"], found["data_why"] = _data_mode(spec)
+    ask = reach.per_actor(ex.cpus_per_worker, ex.gpus_per_worker, ex.resources)
+    found["per_worker"] = ask
+    found["remote_nodes"], found["plane_fix"] = [], reach.PLANE_FIX
+    with tempfile.TemporaryDirectory(prefix="warpdeck-check-") as scratch:
+        t0 = time.monotonic()
+        try:
+            if ex.address is None and not raylink.ray_running():
+                found["note"] = "no [executor] address: the run starts a local Ray on this machine (nothing to join)"
+                found["workers"] = ex.workers
+                found["local_gpus"] = here = raylink.local_gpus()
+                if ex.gpus_per_worker > 0 and here < ex.gpus_per_worker * (ex.workers or 1):
+                    problems.append(f"this machine has {here} GPU(s) a local Ray would see, and the spec asks for "
+                                    f"{ex.gpus_per_worker * (ex.workers or 1):g}: set [executor] gpus_per_worker = 0 "
+                                    "to run the actors on CPUs, or give an address of a cluster with GPUs")
+                return found
+            joined = raylink.connect(ex.address, ex.connect_timeout_s, Path(scratch))
+            try:
+                nodes = raylink.cluster_nodes()
+                found["remote_nodes"] = reach.remote_nodes(nodes, raylink.local_ips())
+            finally:
+                if joined:  # leave before the scratch log goes; a Ray this process already had stays
+                    raylink.disconnect()
+        except BackendError as exc:
+            problems.append(exc.reason)
+            return found
+    found.update(joined=True, join_s=round(time.monotonic() - t0, 3))
+    found["nodes"] = [{"ip": n.ip, "alive": n.alive, "CPU": n.cpus, "GPU": n.gpus, "resources": n.resources,
+                       "node_id": n.node_id} for n in nodes]
+    alive = [n for n in nodes if n.alive]
+    gpus = sum(n.gpus for n in alive)
+    workers = ex.workers if ex.workers is not None else max(1, int(gpus // ex.gpus_per_worker)
+                                                            if ex.gpus_per_worker else 1)
+    has: dict[str, float] = {}
+    for n in alive:
+        for k, v in {"CPU": n.cpus, "GPU": n.gpus, **n.resources}.items():
+            has[k] = has.get(k, 0.0) + v
+    holds = reach.actors_fit(alive, ask)
+    found.update(workers=workers, asks={k: v * workers for k, v in ask.items()},
+                 cluster={k: has.get(k, 0.0) for k in ask} if ask else {}, holds=holds,
+                 fits=holds is None or holds >= workers)
+    if not alive:
+        problems.append(f"the Ray cluster at {ex.address or 'this process'} has no alive nodes")
+    elif ex.gpus_per_worker > 0 and gpus == 0:
+        problems.append("the Ray cluster has no GPUs: add GPU nodes, or set [executor] gpus_per_worker = 0")
+    elif not found["fits"]:
+        short = ", ".join(f"{k} {v * workers:g} (has {has.get(k, 0.0):g})" for k, v in ask.items())
+        problems.append(f"the Ray cluster holds {holds} of the {workers} actors the spec asks for (each "
+                        f"{_amounts(ask)}; in all {short}): add nodes, or lower [executor] workers")
+    return found
+
+
+def _data_mode(spec: PipelineSpec) -> tuple[str | None, str | None]:
+    """The data mode a Ray run would use, and why (engine/scaleout/shared_data.py decides it)."""
+    try:
+        from warpdeck.engine.scaleout.shared_data import data_mode  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - CHECK-DATA-MODE: before shared data existed
+        return None, None
+    mode, why = data_mode(spec)
+    return mode, why
+
+
+def _amounts(ask: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in ask.items()) or "nothing"
+
+
+def _text(r: dict[str, Any]) -> list[str]:
+    lines = [f"{r['spec']}: " + (f"pipeline {r['pipeline']!r}: fields valid" if r["pipeline"] else "not valid")]
+    if r["pipeline"] is None:
+        return lines
+    lines.append(f"stages: {len(r['stages'])} imported ("
+                 + ", ".join(s["fn"] + (f" with {s['factory']}" if s["factory"] else "") for s in r["stages"]) + ")")
+    src = r["source"]
+    if src is not None:
+        k = src["tasks"]
+        n = "tasks unknown" if k is None else {"total": f"{k:,} tasks", "enumerated": f"{k:,} tasks (counted)",
+                                              "at least": f"at least {k:,} tasks (stopped counting)"}[src["counted"]]
+        lines.append(f"source: {src['kind']}" + (f" {src['where']}" if src["where"] else "") + f": {n}")
+    ex = r["executor"]
+    if ex is None or ex["kind"] == "local":
+        lines.append("executor: local (lanes in this process)")
+    else:
+        lines.extend(_ray_text(ex))
+    lines.append("ok: ready to run" if r["ok"] else f"not ready: {len(r['problems'])} problem(s)")
+    return lines
+
+
+def _ray_text(ex: dict[str, Any]) -> list[str]:
+    where = ex["address"] or ("the Ray of this process" if ex["joined"] else "a local Ray started for the run")
+    lines = [f"executor: ray at {where}" + (f", joined in {ex['join_s']:.1f} s" if ex["joined"] else "")]
+    if ex.get("note"):
+        lines.append(f"  {ex['note']}")
+    for n in ex["nodes"]:
+        custom = ", ".join(f"{k} {v:g}" for k, v in sorted(n["resources"].items())
+                           if not k.startswith(("node:", "accelerator_type")) and k not in _RAY_OWN)
+        lines.append(f"  node {n['ip']}: {'alive' if n['alive'] else 'dead'}, {n['CPU']:g} CPU, {n['GPU']:g} GPU"
+                     + (f", {custom}" if custom else ""))
+    if ex["joined"]:
+        asks = ", ".join(f"{v:g} {k}" for k, v in ex["asks"].items()) or "nothing"
+        has = ", ".join(f"{v:g} {k}" for k, v in ex["cluster"].items())
+        holds = "any number of" if ex["holds"] is None else f"{ex['holds']}"
+        lines.append(f"  asks: {ex['workers']} actors x ({_amounts(ex['per_worker'])}) = {asks}; the cluster has "
+                     f"{has or 'them'}: it holds {holds} actors: {'fits' if ex['fits'] else 'does NOT fit'}")
+    if ex["data_mode"] is not None:
+        lines.append(f"  data: {ex['data_mode']}: {ex['data_why']}")
+    if ex.get("remote_nodes"):
+        lines.append(f"  nodes on other hosts ({', '.join(ex['remote_nodes'])}): run it with a broker they reach: "
+                     f"{ex['plane_fix']}")
+    return lines
