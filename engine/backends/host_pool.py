@@ -3,8 +3,11 @@
 The decisions this module protects:
 - Jobs start in submission order (one FIFO queue), so a lane's fills and sinks begin in batch
   order; they may finish out of order, and the lane takes their results in order (engine/run/lanes.py).
-- The size changes without stopping anything: growing starts threads at once; shrinking posts
-  one stop token per thread to let go, behind the jobs already queued, so no job is dropped.
+- The size changes without stopping anything: growing starts threads at once (once the pool has
+  had a job); shrinking posts one stop token per thread to let go, behind the jobs already queued,
+  so no job is dropped.
+- Threads start with the first job, as ``ThreadPoolExecutor``'s do: a lane built and never run (an
+  engine whose start failed, one made only for its snapshot) leaves no thread behind.
 - ``concurrent.futures.ThreadPoolExecutor`` cannot shrink and its size is private, hence this.
 """
 
@@ -29,10 +32,10 @@ class HostPool(cf.Executor):
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._size = 0
+        self._size = max(1, int(workers))
+        self._running = 0  # threads started and not told to stop: _size once the first job came
         self._started = 0
         self._shutdown = False
-        self.resize(workers)
 
     @property
     def workers(self) -> int:
@@ -46,17 +49,23 @@ class HostPool(cf.Executor):
         with self._lock:
             if self._shutdown:
                 return self._size
-            while self._size < workers:
-                self._started += 1
-                t = threading.Thread(target=self._work, name=f"{self.name}-{self._started}", daemon=True)
-                self._threads.append(t)
-                t.start()
-                self._size += 1
-            while self._size > workers:
-                self._q.put(None)  # one thread lets go once the jobs queued before it have started
-                self._size -= 1
-            self._threads = [t for t in self._threads if t.is_alive()]
+            self._size = workers
+            if self._running:
+                self._staff()
         return workers
+
+    def _staff(self) -> None:
+        """Start or let go of threads until ``_size`` run (under the lock)."""
+        while self._running < self._size:
+            self._started += 1
+            t = threading.Thread(target=self._work, name=f"{self.name}-{self._started}", daemon=True)
+            self._threads.append(t)
+            t.start()
+            self._running += 1
+        while self._running > self._size:
+            self._q.put(None)  # one thread lets go once the jobs queued before it have started
+            self._running -= 1
+        self._threads = [t for t in self._threads if t.is_alive()]
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
         with self._lock:
@@ -64,6 +73,8 @@ class HostPool(cf.Executor):
                 raise RuntimeError(f"{self.name}: cannot submit after shutdown")
             f: cf.Future[Any] = cf.Future()
             self._q.put((f, (lambda: fn(*args, **kwargs)) if args or kwargs else fn))
+            if not self._running:
+                self._staff()
         return f
 
     def _work(self) -> None:
@@ -93,7 +104,7 @@ class HostPool(cf.Executor):
                         letting_go += 1
                     else:
                         item[0].cancel()
-            for _ in range(self._size + letting_go):
+            for _ in range(self._running + letting_go):
                 self._q.put(None)
             # ``workers`` keeps the last size: a finished run's report says what it ran with.
             threads = list(self._threads)

@@ -15,7 +15,6 @@ The decisions this module protects:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import os
 import time
@@ -225,11 +224,16 @@ class Engine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        failed: Exception | None = None  # the run's own error, raised once everything is closed
         if self._main is not None and not self._main.done():
             self._main.cancel()
         if self._main is not None:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._main
+            except asyncio.CancelledError:
+                pass
+            except Exception as err:  # noqa: BLE001 - raised below, after the closing
+                failed = err
         try:
             if self.executor is not None:
                 await self.executor.close()
@@ -246,6 +250,8 @@ class Engine:
                     self.report = self.report.model_copy(update={"journal_error": str(err)})
         finally:
             self.backend.close()
+        if failed is not None:
+            raise failed
 
     async def wait(self) -> RunReport:
         """Wait for the run to end and return its report."""

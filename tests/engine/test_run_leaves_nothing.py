@@ -1,0 +1,50 @@
+"""A run that fails, or an engine never run, leaves nothing behind: no thread of its own (broker,
+control plane, journal, lanes) and no lock on its run directory (engine/run/engine.py, and
+engine/backends/host_pool.py, whose threads start with the first job)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wd_build import spec
+from wd_stages import RecordingSink, SleepySource
+
+from warpdeck.engine.api import Engine, IterableSource
+from warpdeck.engine.control.plane import ControlSettings
+
+
+def _ours_started_since(before: set[int | None]) -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("warpdeck"))
+
+
+def _fails_after(n: int) -> Iterator[list[float]]:
+    for i in range(n):
+        yield [float(i)] * 4
+    raise RuntimeError("the bucket went away")
+
+
+async def test_a_failed_run_closes_its_control_plane_journal_and_lanes(tmp_path: Path) -> None:
+    """The source fails part way: the run's error is raised, and the engine's broker, control plane,
+    journal and lane threads are gone, so a second engine may take the run directory at once."""
+    before = {t.ident for t in threading.enumerate()}
+    s = spec(["wd_stages:double"], name="fails", batch_size=4)
+    with pytest.raises(ExceptionGroup) as err:
+        async with Engine(s, tmp_path, source=IterableSource(lambda: _fails_after(10)),
+                          control=ControlSettings()) as eng:
+            await eng.wait()
+    assert err.group_contains(RuntimeError, match="bucket went away")
+    assert _ours_started_since(before) == []
+    sink = RecordingSink()
+    async with Engine(s, tmp_path, source=SleepySource(8), sink=sink) as again:  # not RunDirBusy
+        assert (await again.wait()).counts.done == 8
+
+
+async def test_an_engine_never_entered_starts_no_thread(tmp_path: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    eng = Engine(spec(["wd_stages:double"], batch_size=4, host={"fill_workers": 3, "sink_workers": 2}),
+                 tmp_path, source=SleepySource(8))
+    assert eng.lanes and _ours_started_since(before) == []
+    eng.backend.close()
