@@ -8,6 +8,7 @@ tests skip, and fail under CI=true (CI must run them)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-SUPPORT = Path(__file__).parent.parent / "support"
+_HERE = Path(__file__).parent
+SUPPORT = _HERE.parent / "support"
 
 #: Which Ray this driver is connected to now: "local", "nodes" or "" (none).
 _CONNECTED = {"to": ""}
@@ -62,6 +64,14 @@ def _ray_session() -> Iterator[ModuleType]:
         yield ray
     finally:
         _disconnect(ray)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last Ray test, disconnect: the driver's own threads (Ray's C++ core worker) do not
+    run on through the rest of the session (a session fixture alone would keep them to its end)."""
+    if "ray" in sys.modules and (nextitem is None or _HERE not in nextitem.path.parents):
+        _disconnect(sys.modules["ray"])
 
 
 @pytest.fixture
