@@ -10,7 +10,8 @@ Exit status of ``run`` and ``demo``, headless or under the control room (decided
       backend that is not there): nothing ran; never anything else
 3     drained by the operator: nothing more admitted, what was admitted finished, nothing failed
 4     stopped before the end: the operator quit the control room with work running, SIGINT or
-      SIGTERM, or the engine stopped; the same command again resumes the run and finishes it
+      SIGTERM, the engine stopped, or the source raised part way (what it had yielded finished);
+      the same command again resumes the run and finishes it
 5     stopped by an outage: the disk of the outputs or the journal stayed full, read-only or
       failing for ``[faults] outage_timeout_s``; nothing was marked failed; once the disk is
       fixed, the same command again finishes the run
@@ -350,6 +351,9 @@ def _closing_note(report: RunReport, err: Console) -> None:
     elif code == ExitStatus.JOURNAL:
         why = f"stopped: {report.journal_error}"
         how = f"once its disk is fixed, {how}"
+    elif report.stopped_by == "source":
+        why = f"stopped: the source failed after {c.total:,} tasks ({report.source_error}; traceback in the report)"
+        how = f"once the source is fixed, {how}"
     err.print(f"{report.pipeline}: {why}, {c.done:,} done; {how}", markup=False, highlight=False, soft_wrap=True)
 
 

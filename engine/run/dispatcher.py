@@ -92,7 +92,7 @@ class Dispatcher:
                 convicted = s.leases.held(worker)
                 held = (s.feeder.paused or s.feeder.held or convicted
                         or (bool(s.quarantined) and worker in s.quarantined))
-                flush = s.feeder.exhausted or s.feeder.draining
+                flush = not s.feeder.admitting
                 if not held:
                     batch = s.ready.take(flush=flush)
                     if batch is not None:

@@ -203,8 +203,9 @@ class Engine:
 
     @property
     def stopped_by(self) -> str:
-        """Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise)."""
-        return self.faults.stopped_by
+        """Why the engine stopped itself before the end: ``outage`` or ``journal``, or ``source`` (it
+        raised part way: the run admitted no more) ("" otherwise)."""
+        return self.faults.stopped_by or ("source" if self.feeder.source_error else "")
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -311,7 +312,8 @@ class Engine:
             failures=[(t.keys[r], t.error(r), int(t.attempt[r])) for r in unfinished.tolist()],
             flags=[(t.keys[r], note) for r, note in sorted(t.flags().items())],
             resume=self.resume, journal=self.journal, temps_cleaned=self.temps_cleaned, control=self.control,
-            outage=self.outage, stopped_by=self.stopped_by, executor=self.executor.describe() if self.executor else "",
+            outage=self.outage, stopped_by=self.stopped_by, source_error=self.feeder.source_error,
+            source_traceback=self.feeder.source_traceback, executor=self.executor.describe() if self.executor else "",
             phase_clocks=dict(self.backend.phase_clocks),
             tuning=[f"lane {d.lane}: {d.reason} (depth {d.depth})" for d in self.state.tuner.decisions[-20:]])
 

@@ -8,6 +8,10 @@ The decisions this module protects:
 - Operator control (pause, drain) is state here; the dispatcher and lanes read it.
 - A task the operator cancelled before it was admitted (``withheld``) enters the table but never the
   ready queue; the engine records it cancelled (``cancelled_on_admit``), so it never runs.
+- A source that raises part way (a bucket gone, a generator's own bug) is not the feeder's crash:
+  what it yielded before is admitted, the error is kept with its traceback (``source_error``), and
+  nothing more is pulled. What was admitted finishes and the run ends stopped (``stopped_by =
+  "source"``, exit status 4), so that a resume carries on once the source is fixed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+import traceback
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -81,6 +86,9 @@ class Feeder:
         #: Keys cancelled before admission (the engine's, shared); each is taken out when admitted.
         self.withheld: set[str] = set()
         self.cancelled_on_admit: list[int] = []
+        #: The source's error where its iteration raised (``RuntimeError: ...``), and its traceback.
+        self.source_error = ""
+        self.source_traceback = ""
 
     @property
     def state(self) -> FeederState:
@@ -97,13 +105,18 @@ class Feeder:
         return FeederState.FULL if len(self.ready) >= self.target else FeederState.FILLING
 
     @property
+    def admitting(self) -> bool:
+        """False once nothing more will be admitted: the source is exhausted or failed, or the run drains."""
+        return not (self.exhausted or self.draining or self.source_error)
+
+    @property
     def target(self) -> int:
         """How full the ready queue is kept now: the low watermark under backpressure."""
         return self.low if self.backpressure else self.high
 
     def wanted(self) -> int:
         """How many tasks to pull now: none above the low watermark, else up to the target."""
-        if self.exhausted or self.draining or self.held:
+        if self.held or not self.admitting:
             return 0
         n = len(self.ready)
         return self.target - n if n <= self.low else 0
@@ -118,15 +131,20 @@ class Feeder:
             self.low, self.high = low, high
             self.poke()
 
-    def _pull(self, n: int) -> list[TaskInput]:
+    def _pull(self, n: int) -> tuple[list[TaskInput], BaseException | None]:
+        """Up to ``n`` items (a thread), and the source's error where its iteration raised: kept
+        apart until the loop has admitted what came before it, so no lane sees the end first."""
         if self._it is None:
             self._it = self.source.items()
         out: list[TaskInput] = []
-        for item in self._it:
-            out.append(item)
-            if len(out) >= n:
-                break
-        return out
+        try:
+            for item in self._it:
+                out.append(item)
+                if len(out) >= n:
+                    break
+        except Exception as exc:  # noqa: BLE001 - the source's own failure: kept and told, never raised
+            return out, exc
+        return out, None
 
     def admit(self, items: list[TaskInput]) -> None:
         """Add pulled items to the table and the ready queue."""
@@ -153,20 +171,23 @@ class Feeder:
         if n <= 0:
             return 0
         t0 = time.perf_counter()
-        items = await asyncio.to_thread(self._pull, n)
+        items, failed = await asyncio.to_thread(self._pull, n)
         self.pull_seconds += time.perf_counter() - t0
         self.pulls += 1
-        if len(items) < n:
+        if failed is not None:
+            self.source_error = f"{type(failed).__name__}: {failed}"
+            self.source_traceback = "".join(traceback.format_exception(failed))
+        elif len(items) < n:
             self.exhausted = True
         if items:
             self.admit(items)
-        elif self.exhausted:
+        elif not self.admitting:
             self._on_admit()
         return len(items)
 
     async def run(self) -> None:
         """Keep the ready queue between the watermarks until the source is exhausted or drained."""
-        while not (self.exhausted or self.draining):
+        while self.admitting:
             if await self.step() == 0:
                 self._wake.clear()
                 if self.wanted() <= 0:

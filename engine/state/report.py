@@ -220,7 +220,12 @@ class RunReport(_Frozen):
     control: ReportControl | None = None
     """Set when the run had a control plane (``--broker``)."""
     stopped_by: str = ""
-    """Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise)."""
+    """Why the engine stopped itself before the end: ``outage`` or ``journal``; or ``source``: the
+    source raised part way, so what it had yielded finished and nothing more was admitted ("" otherwise)."""
+    source_error: str = ""
+    """The source's error where it raised part way (``RuntimeError: bucket gone``); a resume carries on."""
+    source_traceback: str = ""
+    """Its traceback, as Python printed it."""
     outages: ReportOutages | None = None
     """Set when an outage held the run at least once."""
     journal_error: str = ""
@@ -260,6 +265,8 @@ class RunFacts:
     control: ControlPlane | None
     outage: Outage
     stopped_by: str
+    source_error: str = ""
+    source_traceback: str = ""
     phase_clocks: dict[str, str] = field(default_factory=dict)
     tuning: list[str] = field(default_factory=list)
     executor: str = ""
@@ -308,5 +315,6 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,
         latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume, control=control,
-        flagged=flagged, stopped_by=facts.stopped_by, outages=report_outages, journal_error=journal_error,
+        flagged=flagged, stopped_by=facts.stopped_by, source_error=facts.source_error,
+        source_traceback=facts.source_traceback, outages=report_outages, journal_error=journal_error,
     )

@@ -265,7 +265,7 @@ class TaskKeys:
         """Where a key that is not in the task table stands."""
         if self.resume is not None and self.resume.finished_earlier(key):
             return Where.FINISHED_EARLIER
-        admitting = not (self.feeder.exhausted or self.feeder.draining)
+        admitting = self.feeder.admitting
         yields = source_produces(self.source, key)
         if yields is None:
             return Where.MAYBE if admitting else Where.UNKNOWN
