@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +45,7 @@ from warpdeck.engine.run.fault_watch import FaultWatch
 from warpdeck.engine.run.feeder import Feeder, feeder_watermarks
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
-from warpdeck.engine.run.outage import HeldSink, Outage
+from warpdeck.engine.run.outage import HeldSink, Outage, sink_dir
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.run.torch_stages import stage_fns
 from warpdeck.engine.state.leases import LeaseBook
@@ -137,7 +136,7 @@ class Engine:
         self._fns = stage_fns(self.spec.stages, self.backend.torch_stream)
         self._plans: dict[BatchKey, StagePlan] = {}
         # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
-        sink = HeldSink(self.task_keys.guard(self.sink), self.outage, _sink_dir(self.sink, self.run_dir))
+        sink = HeldSink(self.task_keys.guard(self.sink), self.outage, sink_dir(self.sink, self.run_dir))
         if self.executor is not None:
             return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for, self.sink)
         host = self.spec.host
@@ -226,9 +225,8 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         failed: Exception | None = None  # the run's own error, raised once everything is closed
-        if self._main is not None and not self._main.done():
-            self._main.cancel()
         if self._main is not None:
+            self._main.cancel()  # nothing, where it has ended
             try:
                 await self._main
             except asyncio.CancelledError:
@@ -429,12 +427,6 @@ def _probe(lanes: list[LaneLike], nvml: NvmlSampler | None) -> WorkerProbe:
                        lanes_busy=lambda: sum(1 for lane in lanes if lane.inflight_ids()),
                        leased=lambda: tuple(b for lane in lanes for b in lane.inflight_ids()),
                        device_stats=nvml if nvml is not None and nvml.available else None)
-
-
-def _sink_dir(sink: Sink, run_dir: Path) -> str:
-    """Where the sink writes, as an outage names it when its error names no file."""
-    where = getattr(sink, "dir", None)
-    return f"{where if isinstance(where, Path) else run_dir}{os.sep}"
 
 
 def _scale_out(spec: PipelineSpec, on_change: Callable[[], None], workers: int, backend: Backend | None,

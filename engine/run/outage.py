@@ -29,7 +29,8 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, batch_writer
 
-__all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause"]
+__all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause",
+           "sink_dir"]
 
 #: Errors of the machine, not of the task: another attempt now would meet them again.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM})
@@ -210,3 +211,9 @@ class HeldSink:
         """Put what an actor staged in place (``StagingSink.commit`` through the wrapped sink)."""
         commit = self._sink.commit  # type: ignore[attr-defined]
         self._outage.retry("sink", self._where, lambda: commit(keys, staged))
+
+
+def sink_dir(sink: Sink, run_dir: Path) -> str:
+    """Where the sink writes, as an outage names it when its error names no file."""
+    where = getattr(sink, "dir", None)
+    return f"{where if isinstance(where, Path) else run_dir}{os.sep}"
