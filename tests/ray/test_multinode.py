@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,21 @@ def _spec(name: str, **executor: Any) -> PipelineSpec:
                       source={"kind": "synthetic", "count": COUNT, "shape": [4], "dtype": "float32", "seed": 3})
 
 
-def _spread_and_busy(et: EngineThread, ray_nodes: Any) -> tuple[Any, Any, dict[str, str]]:
-    """Both actors up on different nodes, and ray-1 working with batches in hand."""
+@dataclass(frozen=True)
+class _Loss:
+    eng: Any
+    victim: Any  # ray-1's RemoteWorker
+    nodes: dict[str, str]  # actor -> node id, before the loss
+    old_epoch: int  # ray-1's epoch before the loss
+    lost_at: float  # time.monotonic() as the node's removal began
+
+
+def _lose_ray1(et: EngineThread, ray_nodes: Any, said: list[str], graceful: bool) -> _Loss:
+    """With the headless lines going to ``said``: both actors up on different nodes and ray-1
+    working with batches in hand; then ray-1's node removed, and its batches taken back."""
     eng = et.engine
     assert eng is not None and eng.executor is not None
+    eng.events.subscribe(WorkerLines(said.append).listen)
     workers = eng.executor.workers
     wait_for(lambda: all(w.hello is not None for w in workers), 60, "both actors up")
     nodes = {w.id: ray_nodes.node_of(w.handle) for w in workers}
@@ -63,7 +75,11 @@ def _spread_and_busy(et: EngineThread, ray_nodes: Any) -> tuple[Any, Any, dict[s
     victim = workers[1]
     wait_for(lambda: victim.batches_done >= 1 and len(eng.leases.leased_to(victim.id)) >= 1, 60,
              "ray-1 working, batches in hand")
-    return eng, victim, nodes
+    node = next(n for n in ray_nodes.workers if n.node_id == nodes["ray-1"])
+    loss = _Loss(eng, victim, nodes, victim.epoch, time.monotonic())
+    ray_nodes.remove(node, graceful=graceful)
+    wait_for(lambda: eng.leases.reclaimed >= 1, 15, "ray-1 convicted, its batches taken back")
+    return loss
 
 
 def _figures(eng: Any, lost_at: float, what: str) -> None:
@@ -82,14 +98,8 @@ def test_a_node_lost_outright_loses_nothing_and_its_actor_works_again_on_the_sur
     said: list[str] = []
     # gpus_per_worker = 0: each actor takes 1 of a node's 2 CPUs, so the survivor has room for a second.
     with EngineThread(_spec("mn-hard", gpus_per_worker=0), mosquitto.address, sink=sink) as et:
-        assert et.engine is not None
-        et.engine.events.subscribe(WorkerLines(said.append).listen)
-        eng, victim, nodes = _spread_and_busy(et, ray_nodes)
-        node = next(n for n in ray_nodes.workers if n.node_id == nodes["ray-1"])
-        old_epoch = victim.epoch
-        lost_at = time.monotonic()
-        ray_nodes.remove(node, graceful=False)
-        wait_for(lambda: eng.leases.reclaimed >= 1, 15, "ray-1 convicted, its batches taken back")
+        loss = _lose_ray1(et, ray_nodes, said, graceful=False)
+        eng, victim, nodes, old_epoch, lost_at = loss.eng, loss.victim, loss.nodes, loss.old_epoch, loss.lost_at
         # Hold new batches until ray-1 is back, so that work is left for it whatever the timing.
         assert et.command(Pause()).ok
         wait_for(lambda: victim.epoch > old_epoch, 60, "ray-1 restarted by Ray on the surviving node")
@@ -118,13 +128,8 @@ def test_a_node_drained_with_no_room_left_says_so_and_the_run_finishes_on_the_ot
     said: list[str] = []
     # Each actor takes its node's one GPU: the survivor has none left for the lost actor.
     with EngineThread(_spec("mn-full", gpus_per_worker=1), mosquitto.address, sink=sink) as et:
-        assert et.engine is not None
-        et.engine.events.subscribe(WorkerLines(said.append).listen)
-        eng, _, nodes = _spread_and_busy(et, ray_nodes)
-        node = next(n for n in ray_nodes.workers if n.node_id == nodes["ray-1"])
-        lost_at = time.monotonic()
-        ray_nodes.remove(node, graceful=True)
-        wait_for(lambda: eng.leases.reclaimed >= 1, 15, "ray-1 convicted, its batches taken back")
+        loss = _lose_ray1(et, ray_nodes, said, graceful=True)
+        eng, lost_at = loss.eng, loss.lost_at
 
         def row_note() -> str:
             row = et.worker("ray-1")
