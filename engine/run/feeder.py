@@ -186,7 +186,7 @@ class Feeder:
         return len(items)
 
     async def run(self) -> None:
-        """Keep the ready queue between the watermarks until the source is exhausted or drained."""
+        """Keep the ready queue between the watermarks until the source is exhausted or failed, or the run drains."""
         while self.admitting:
             if await self.step() == 0:
                 self._wake.clear()
