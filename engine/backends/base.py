@@ -34,6 +34,7 @@ __all__ = [
     "DeviceEvent",
     "Marker",
     "MarkerTimeout",
+    "NonfiniteCounter",
     "StreamSet",
 ]
 
@@ -196,6 +197,11 @@ def done_marker(phase: Phase) -> Marker:
     fut: cf.Future[Any] = cf.Future()
     fut.set_result(None)
     return Marker(phase, fut, device=True)
+
+
+#: ``count(out, counts)``: the number of NaN and infinite values in each row of ``out`` (n, ...),
+#: written into ``counts`` (n,) int32, queued on the current stream (``Backend.nonfinite_counter``).
+NonfiniteCounter = Callable[[Any, Any], None]
 
 
 #: The phases that run on host threads only, and may run on several at once (``HostPool``).
@@ -382,6 +388,13 @@ class Backend(Protocol):
     def torch_stream(self) -> AbstractContextManager[Any]:
         """Inside a compute job: a context in which PyTorch works on the lane's compute stream
         (torch stages, engine/run/torch_stages.py)."""
+        ...
+
+    def nonfinite_counter(self, dtype: np.dtype[Any]) -> NonfiniteCounter | None:
+        """Where the device checks outputs of ``dtype`` for NaN and infinity faster than the sink's
+        host scan could (CuPy: one reduction on the card, microseconds for what costs the host
+        milliseconds per 64 MiB): the function that does it, called inside the compute job. None:
+        the sink scans the outputs on the host (NumPy, where the "device" is the host anyway)."""
         ...
 
     def close(self) -> None:

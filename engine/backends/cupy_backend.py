@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends.base import HOST_PHASES, BackendError, DeviceEvent, Marker, StreamSet
+from warpdeck.engine.backends.base import (
+    HOST_PHASES,
+    BackendError,
+    DeviceEvent,
+    Marker,
+    NonfiniteCounter,
+    StreamSet,
+)
 from warpdeck.engine.backends.numpy_backend import HOST_CLOCK
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase
 
@@ -161,6 +168,7 @@ class CupyBackend:
         #: How each phase's interval is measured (``PHASE_CLOCKS``).
         self.phase_clocks: dict[str, str] = dict(PHASE_CLOCKS)
         self._pinned: list[Any] = []
+        self._nonfinite: Any = None  # the reduction kernel, made on first use
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         mem = self._cp.cuda.alloc_pinned_memory(max(nbytes, 1))
@@ -227,6 +235,19 @@ class CupyBackend:
     def torch_stream(self) -> AbstractContextManager[Any]:
         # Called inside a compute job, where ``_on_stream`` made the lane's compute stream current.
         return torch_stream_context(self._cp.cuda.get_current_stream())
+
+    def nonfinite_counter(self, dtype: np.dtype[Any]) -> NonfiniteCounter | None:
+        if dtype.kind != "f":  # complex and integer outputs: the sink's scan (integers are never checked)
+            return None
+        if self._nonfinite is None:
+            self._nonfinite = self._cp.ReductionKernel(
+                "T x", "int32 n", "isfinite(x) ? 0 : 1", "a + b", "n = a", "0", "warpdeck_count_nonfinite")
+        kernel = self._nonfinite
+
+        def count(out: Any, counts: Any) -> None:
+            kernel(out.reshape(len(out), -1), axis=1, out=counts)
+
+        return count
 
     def close(self) -> None:
         self._pinned.clear()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends.base import Marker, StreamSet
+from warpdeck.engine.backends.base import Marker, NonfiniteCounter, StreamSet
 from warpdeck.engine.state.tasks import RUN_PHASES, Phase
 
 __all__ = ["HOST_CLOCK", "NumpyBackend"]
@@ -62,6 +62,11 @@ class NumpyBackend:
     def torch_stream(self) -> AbstractContextManager[Any]:
         # On a CPU a torch stage runs on the lane's compute thread; there is no stream to name.
         return nullcontext()
+
+    def nonfinite_counter(self, dtype: np.dtype[Any]) -> NonfiniteCounter | None:
+        # The sink's scan runs on a host thread of its own, beside the compute thread: moving it into
+        # compute would only make the "device" phase longer.
+        return None
 
     def close(self) -> None:
         pass

@@ -1,7 +1,7 @@
 """A lane's host-side work on whole batches: loading inputs into a batch's rows, writing its outputs.
 
 The decision this module protects: both run on a lane's own host threads (fill and sink), never on
-the event loop or a device; each task's error is returned in its place, so one bad input or one
+the event loop; each task's error is returned in its place, so one bad input or one
 failed write never fails its neighbours.
 """
 
@@ -30,13 +30,18 @@ def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[Base
     return errors
 
 
-def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str) -> list[BaseException | None]:
+def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str,
+                  counted: Any = None) -> list[BaseException | None]:
     """Write row j of ``host_out`` under ``keys[j]``; each task's error (or None). Under the
     ``nonfinite`` policy a row holding NaN or infinity is flagged (written) or failed (not written).
-    Runs on a sink thread: one vectorised finiteness pass per batch, never on a device."""
+    Runs on a sink thread. The rows' counts of such values are ``counted`` where the device made
+    them (``Backend.nonfinite_counter``); otherwise one vectorised pass over the batch finds them."""
     check = policy != "allow" and host_out.dtype.kind in "fc"
     errors: list[BaseException | None] = []
-    bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
+    if counted is not None:
+        bad: list[int] | None = counted.tolist()
+    else:
+        bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
     size = host_out[0].size if len(keys) else 0
     whole = batch_writer(sink)
     if whole is not None:

@@ -26,6 +26,7 @@ from warpdeck.engine.backends.base import (
     Backend,
     Marker,
     MarkerTimeout,
+    NonfiniteCounter,
     StreamSet,
     chain_release,
     free,
@@ -44,6 +45,15 @@ from warpdeck.engine.state.tasks import Phase, StallReason
 
 __all__ = ["Lane"]
 
+#: The dtype of the device's per-row non-finite counts, and of raw buffer bytes.
+_COUNT, _BYTE = np.dtype(np.int32), np.dtype(np.uint8)
+
+
+def _counts_at(rows: int, row_bytes: int) -> int:
+    """Byte offset of a batch's non-finite counts in its output buffers: right after its ``rows``
+    outputs, 8-byte aligned (an int32 kernel store must be aligned)."""
+    return -(-rows * row_bytes // 8) * 8
+
 
 @dataclass(slots=True)
 class _InFlight:
@@ -58,6 +68,8 @@ class _InFlight:
     #: Release of the pinned output by the previous batch on this slot (its sink).
     out_wait: Marker
     host_out: Any
+    #: Each row's count of NaN and infinite outputs, made on the device (None: the sink scans).
+    host_counts: Any = None
     sink: Marker | None = None
     error: tuple[Phase, BaseException] | None = None
 
@@ -276,8 +288,17 @@ class Lane:
         f.h2d = self._submit_device(batch, slot, f.plan, f.fill, host_in, in_shape, in_dtype, f.release)
 
     def batch_bytes(self, key: BatchKey, plan: StagePlan) -> tuple[int, int]:
-        """Bytes of a full batch's input and output buffers for ``key``."""
-        return self.batch_size * key.nbytes, self.batch_size * plan.out_nbytes
+        """Bytes of a full batch's input and output buffers for ``key`` (the output's with room for
+        the rows' non-finite counts where the device makes them)."""
+        out = self.batch_size * plan.out_nbytes
+        if self._counter(plan) is not None:
+            out = _counts_at(self.batch_size, plan.out_nbytes) + _COUNT.itemsize * self.batch_size
+        return self.batch_size * key.nbytes, out
+
+    def _counter(self, plan: StagePlan) -> NonfiniteCounter | None:
+        """The device's non-finite count for ``plan``'s outputs, when the policy looks at them and
+        the backend counts on the device (``Backend.nonfinite_counter``)."""
+        return None if plan.nonfinite == "allow" else self.backend.nonfinite_counter(plan.dtypes[-1])
 
     async def _await_fill(self, fill_m: Marker, batch: Batch) -> None:
         """Wait for fill; if the device runs dry meanwhile, the batch's tasks are memory-stalled."""
@@ -323,10 +344,23 @@ class Lane:
         views.append(dev_out)
         xp = be.xp
         fns = plan.fns
+        # Where the device counts each row's non-finite outputs, the counts travel back in the same
+        # d2h, in the output buffers right after the rows: the sink then reads n numbers instead of
+        # scanning every output byte on the host.
+        counter = self._counter(plan)
+        d2h_dst, d2h_src, dev_counts, host_counts = host_out, dev_out, None, None
+        if counter is not None:
+            at = _counts_at(n, plan.out_nbytes)
+            dev_counts = be.view(slot.dev_out.buf[at:], (n,), _COUNT)
+            host_counts = be.view(slot.host_out.buf[at:], (n,), _COUNT)
+            end = at + _COUNT.itemsize * n
+            d2h_dst, d2h_src = be.view(slot.host_out.buf, (end,), _BYTE), be.view(slot.dev_out.buf, (end,), _BYTE)
 
         def compute() -> None:
             for i, fn in enumerate(fns):
                 fn(xp, views[i], views[i + 1])
+            if counter is not None:
+                counter(dev_out, dev_counts)
 
         h2d_m = be.h2d(self.streams, dev_in, host_in, [slot.dev_in.release])
         chain_release(h2d_m, host_release)
@@ -335,14 +369,15 @@ class Lane:
         slot.dev_in.holder = batch.id
         sink_release = pending_marker(Phase.SINK)
         out_wait = slot.host_out.release
-        d2h_m = be.d2h(self.streams, host_out, dev_out, [comp_m, out_wait])
+        d2h_m = be.d2h(self.streams, d2h_dst, d2h_src, [comp_m, out_wait])
         slot.dev_out.release = d2h_m.released()
         slot.dev_out.holder = batch.id
         slot.host_out.release = sink_release
         slot.host_out.holder = batch.id
         slot.newest_phase = Phase.H2D
         self._last_compute = comp_m
-        item = _InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release, out_wait, host_out)
+        item = _InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release, out_wait, host_out,
+                         host_counts)
         self._inflight[batch.id] = item
         self._q[0].put_nowait(item)
         return h2d_m
@@ -405,7 +440,8 @@ class Lane:
         sink = self.sink
         keys = [t.key for t in item.batch.items]
         policy = item.plan.nonfinite
-        item.sink = self.streams.submit(Phase.SINK, lambda: write_outputs(sink, keys, host_out, policy))
+        counts = item.host_counts
+        item.sink = self.streams.submit(Phase.SINK, lambda: write_outputs(sink, keys, host_out, policy, counts))
         chain_release(item.sink, item.sink_release)
 
     async def _watch_sink(self) -> None:
