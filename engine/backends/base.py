@@ -57,10 +57,19 @@ class MarkerTimeout(TimeoutError):
 
 
 class DeviceEvent(Protocol):
-    """What a device backend returns from a job: something that finishes later."""
+    """What a device backend returns from a job: work the device finishes later."""
 
     @property
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the device has finished the work (never blocks)."""
+        ...
+
+    @property
+    def landed(self) -> cf.Future[None]:
+        """Completes once the device has finished the work (or with the device's error). The
+        backend completes it from a thread that waits on the device, so no one polls: a waiter
+        wakes when the work ends, not at its next look."""
+        ...
 
 
 @dataclass(slots=True)
@@ -141,18 +150,18 @@ class Marker:
         await self._device_done(timeout)
 
     async def _device_done(self, timeout: float | None) -> None:  # noqa: ASYNC109
-        """The job has run; for device work, wait for its event: polled with backoff (CUDA events
-        have no asyncio hook)."""
+        """The job has run; for device work, wait until the device has done it (``landed``)."""
         ev = self._event()
         if ev is None:
             return
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        delay = 20e-6
-        while not ev.done:
-            if deadline is not None and time.perf_counter() > deadline:
-                raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2e-3)
+        if not ev.done:
+            landed = asyncio.wrap_future(ev.landed)
+            landed.add_done_callback(_retrieve)
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(landed)
+            except TimeoutError:
+                raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
         if not self.t1:
             self.t1 = time.perf_counter()
 
@@ -318,13 +327,12 @@ def _wait_done(d: Marker, closed: threading.Event) -> BaseException | None:
     if exc is not None:
         return exc
     ev = d._event()
-    delay = 20e-6
-    while ev is not None and not ev.done:
+    if ev is None:
+        return None
+    while not ev.done and not cf.wait([ev.landed], timeout=_CLOSED_POLL_S).done:
         if closed.is_set():
             raise StreamsClosed(f"streams closed while {d.phase.name.lower()} ran on the device")
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-3)
-    return None
+    return ev.landed.exception() if ev.landed.done() else None
 
 
 class Backend(Protocol):

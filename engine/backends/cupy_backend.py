@@ -6,16 +6,20 @@ allocated once; cross-stream order through ``stream.wait_event`` so the host nev
 device except where it touches the data (fill writes a pinned input, sink reads a pinned output).
 
 Device phases are timed on the device. The host queues a batch's h2d, compute and d2h together and
-only polls for their end, so host clocks would have compute start before its h2d ended and end up
-to a poll later. Each device job is bracketed by two timed CUDA events on its stream (the end one is
-also its marker); ``Marker.clock`` turns them into perf_counter time through the lane's reference
-event (``_DeviceClock``), once the job is done, off the hot path. Not yet run on a card.
+only hears of their end (a waiter thread per stream, ``_Waiter``), so host clocks would have compute
+start before its h2d ended. Each device job is bracketed by two timed CUDA events on its stream
+(the end one is also its marker); ``Marker.clock`` turns them into perf_counter time through the
+lane's reference event (``_DeviceClock``), once the job is done, off the hot path. Measured on an
+H200 by benchmarks/gpu.py (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import importlib
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -78,8 +82,7 @@ def cupy_unavailable_reason() -> str | None:
 
 def torch_stream_context(stream: Any) -> AbstractContextManager[Any]:
     """PyTorch on CuPy's ``stream``: work torch enqueues inside this context is ordered with the
-    lane's CuPy work on that stream, and ``torch.from_dlpack`` of a CuPy array needs no sync.
-    Not yet run on a card."""
+    lane's CuPy work on that stream, and ``torch.from_dlpack`` of a CuPy array needs no sync."""
     torch: Any = importlib.import_module("torch")  # optional (warpdeck[torch]): only a torch stage gets here
     ctx: AbstractContextManager[Any] = torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr))
     return ctx
@@ -139,13 +142,73 @@ class _EventSpan:
             return t0, t0 + elapsed_ms(self.start, self.end) / 1e3
 
 
+class _Landing:
+    """A device job's end (``DeviceEvent``): its CUDA event, and ``landed``, which the stream's
+    ``_Waiter`` completes once the device has passed the event."""
+
+    __slots__ = ("event", "landed")
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+        self.landed: cf.Future[None] = cf.Future()
+
+    @property
+    def done(self) -> bool:
+        return self.landed.done() or bool(self.event.done)
+
+
+class _Waiter:
+    """One stream's waiter: a thread that waits for the stream's job-end events in the order they
+    were recorded (the order the stream completes them) and completes each one's ``landed``.
+
+    Why a thread and not a poll: the host learns of a phase's end when it ends. Polled with backoff
+    (20 µs doubling to 2 ms), a 1.3 ms copy was seen up to a millisecond late; the next fill, sink
+    and copy wait on that news, so on an H200 the lane reached half the copies' bound (benchmarks/
+    gpu.py). The events are made with ``block=True``, so the wait sleeps in the driver instead of
+    spinning a core, and CuPy releases the GIL while it waits. The thread starts with the first
+    event, as the lanes' host pools do."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._q: queue.SimpleQueue[_Landing | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, landing: _Landing) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._q.put(landing)
+
+    def _run(self) -> None:
+        while (landing := self._q.get()) is not None:
+            try:
+                landing.event.synchronize()
+            except Exception as exc:  # noqa: BLE001 - the device's error goes to whoever waits on it
+                landing.landed.set_exception(exc)
+            else:
+                landing.landed.set_result(None)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop once the events already watched have landed (waiting at most ``timeout``: a hung
+        device must not hang the close; the thread is a daemon)."""
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+
 class _Streams(StreamSet):
     def __init__(self, lane: int, cupy: ModuleType) -> None:
         super().__init__(lane)
-        self.cuda: dict[Phase, Any] = {
-            p: cupy.cuda.Stream(non_blocking=True) for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H)
-        }
+        device_phases = (Phase.H2D, Phase.COMPUTE, Phase.D2H)
+        self.cuda: dict[Phase, Any] = {p: cupy.cuda.Stream(non_blocking=True) for p in device_phases}
+        self.waiters = {p: _Waiter(f"warpdeck-lane{lane}-{p.name.lower()}-landed") for p in device_phases}
         self.clock = _DeviceClock(cupy)
+
+    def close(self) -> None:
+        super().close()
+        for w in self.waiters.values():
+            w.close()
 
 
 class CupyBackend:
@@ -198,13 +261,15 @@ class CupyBackend:
                 for d in deps:
                     ev = d._event()
                     if ev is not None:
-                        stream.wait_event(ev)
+                        assert isinstance(ev, _Landing)
+                        stream.wait_event(ev.event)
                 span.ref = streams.clock.current()
                 span.host_t0 = time.perf_counter()
                 # Recorded after the waits: the device reaches it once the dependencies are done.
                 span.start = self._cp.cuda.Event()
                 span.start.record(stream)
-                end = self._cp.cuda.Event()
+                end = self._cp.cuda.Event(block=True)  # the waiter sleeps on it, not spins
+                landing = _Landing(end)
                 try:
                     with stream:
                         work(stream)
@@ -213,11 +278,13 @@ class CupyBackend:
                     # must wait for them, so the event travels on the exception.
                     end.record(stream)
                     span.end = end
-                    exc.warpdeck_event = end  # type: ignore[attr-defined]
+                    streams.waiters[phase].watch(landing)
+                    exc.warpdeck_event = landing  # type: ignore[attr-defined]
                     raise
                 end.record(stream)
                 span.end = end
-                return end  # type: ignore[no-any-return]
+                streams.waiters[phase].watch(landing)
+                return landing
 
         marker = streams.submit(phase, job, deps, device_deps=True)
         marker.clock = span  # read only once the marker is done, by when the job has filled it
