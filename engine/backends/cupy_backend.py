@@ -162,11 +162,10 @@ class _Waiter:
     were recorded (the order the stream completes them) and completes each one's ``landed``.
 
     Why a thread and not a poll: the host learns of a phase's end when it ends. Polled with backoff
-    (20 µs doubling to 2 ms), a 1.3 ms copy was seen up to a millisecond late; the next fill, sink
-    and copy wait on that news, so on an H200 the lane reached half the copies' bound (benchmarks/
-    gpu.py). The events are made with ``block=True``, so the wait sleeps in the driver instead of
-    spinning a core, and CuPy releases the GIL while it waits. The thread starts with the first
-    event, as the lanes' host pools do."""
+    (20 µs doubling to 2 ms), a 1.3 ms copy could be seen a millisecond late, and the next fill, sink
+    and copy wait on that news. The events are made with ``block=True``, so the wait sleeps in the
+    driver instead of spinning a core, and CuPy releases the GIL while it waits. The thread starts
+    with the first event, as the lanes' host pools do."""
 
     def __init__(self, name: str) -> None:
         self._name = name
