@@ -210,7 +210,11 @@ class MetricsAccumulator:
         mean_batch = self.tasks / self.batches if self.batches else 0.0
         worst = float(means.max()) if self.batches else 0.0
         bound, caps_now, cpu_cap = self._bound(threads, cores)
-        if bound <= 0:  # no steady window yet: the slowest phase's mean, one thread each
+        if bound <= 0 or self.batches < _STEADY_MIN:
+            # No steady window yet, so the rate is every task over the elapsed time: measure the bound
+            # over every batch too (the slowest phase's mean, one thread each). The window's bound
+            # leaves the first batch out, and a full first batch ahead of a short last one would put
+            # the rate above it.
             bound = self.lanes * mean_batch / worst if worst > 0 else 0.0
         total = float(means.sum())
         serial_bound = mean_batch / total if total > 0 else 0.0
