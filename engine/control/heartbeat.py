@@ -328,7 +328,9 @@ class Heartbeater:
 
 
 class NvmlSampler:
-    """Utilisation and memory of one GPU through NVML (``nvidia-ml-py``); None where there is none."""
+    """Utilisation, memory, temperature and power of one GPU through NVML (``nvidia-ml-py``); None
+    where there is none. Called from a thread of the heartbeat's own (``asyncio.to_thread``), never
+    from a lane's: an NVML call can take milliseconds."""
 
     def __init__(self, index: int = 0) -> None:
         self._handle: Any = None
@@ -350,11 +352,19 @@ class NvmlSampler:
             return None
         nv = self._nvml
         util = nv.nvmlDeviceGetUtilizationRates(self._handle)
-        mem = nv.nvmlDeviceGetMemoryInfo(self._handle)
+        try:
+            # Version 2 counts the driver's reserved memory as neither used nor free, as nvidia-smi
+            # does; version 1 (older drivers and bindings) counts it as used (~600 MB on an H200).
+            mem = nv.nvmlDeviceGetMemoryInfo(self._handle, version=nv.nvmlMemory_v2)
+        except (AttributeError, TypeError, nv.NVMLError):
+            mem = nv.nvmlDeviceGetMemoryInfo(self._handle)
         temp = nv.nvmlDeviceGetTemperature(self._handle, nv.NVML_TEMPERATURE_GPU)
-        return DeviceStats(
-            util_pct=float(util.gpu), mem_used_mb=mem.used / 2**20, mem_total_mb=mem.total / 2**20, temp_c=float(temp)
-        )
+        try:
+            power_w: float | None = nv.nvmlDeviceGetPowerUsage(self._handle) / 1000  # milliwatts
+        except nv.NVMLError:  # a board without a power sensor
+            power_w = None
+        return DeviceStats(util_pct=float(util.gpu), mem_used_mb=mem.used / 2**20, mem_total_mb=mem.total / 2**20,
+                           temp_c=float(temp), power_w=power_w)
 
 
 # -- a worker process ---------------------------------------------------------------------------

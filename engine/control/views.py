@@ -81,7 +81,8 @@ def merge_workers(
                 heartbeat_age_s=st.heartbeat_age_s, phi=st.phi,
                 util_pct=dev.util_pct if dev else local.util_pct,
                 mem_used_mb=dev.mem_used_mb if dev else local.mem_used_mb,
-                mem_total_mb=dev.mem_total_mb if dev else local.mem_total_mb)
+                mem_total_mb=dev.mem_total_mb if dev else local.mem_total_mb,
+                temp_c=dev.temp_c if dev else local.temp_c, power_w=dev.power_w if dev else local.power_w)
             continue
         busy = hb.lanes_busy if hb is not None else None
         prev = before.get(wid)
@@ -95,7 +96,8 @@ def merge_workers(
             epoch=st.epoch, lanes=_int(info, "lanes"), lanes_busy=hb.lanes_busy if hb else int(st.busy),
             progress=st.progress or 0, tasks_done=0, tasks_failed=0, heartbeat_age_s=st.heartbeat_age_s, phi=st.phi,
             util_pct=dev.util_pct if dev else None, mem_used_mb=dev.mem_used_mb if dev else None,
-            mem_total_mb=dev.mem_total_mb if dev else None)
+            mem_total_mb=dev.mem_total_mb if dev else None, temp_c=dev.temp_c if dev else None,
+            power_w=dev.power_w if dev else None)
         built[wid] = (st, state, busy, dev, row)
         rows.append(row)
     _rows = built

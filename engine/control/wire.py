@@ -116,6 +116,8 @@ class DeviceStats(BaseModel):
     mem_used_mb: float = Field(ge=0)
     mem_total_mb: float = Field(ge=0)
     temp_c: float | None = None
+    power_w: float | None = Field(default=None, ge=0)
+    """Board power draw; None where the device cannot report it."""
 
 
 class Birth(_Wire):

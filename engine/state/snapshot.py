@@ -251,6 +251,8 @@ class WorkerView:
     util_pct: float | None = None
     mem_used_mb: float | None = None
     mem_total_mb: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
     #: Why the worker is not working, where the engine knows (a Ray actor Ray is restarting:
     #: ``restarting: waiting for 1 GPU`` while no node has room); "" otherwise.
     note: str = ""

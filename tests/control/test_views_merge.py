@@ -66,3 +66,15 @@ def test_a_list_changed_in_place_is_sorted_again() -> None:
     heard.reverse()
     heard.pop()
     assert [r.id for r in merge_workers([], heard, set(), {})] == [r.id for r in first[1:]]
+
+
+def test_a_heartbeats_device_figures_reach_the_workers_rows() -> None:
+    monitor = WorkerMonitor()
+    for wid in ("w-007", "w-100"):  # the local worker (the engine's own lanes) and a remote one
+        monitor.on_birth(wid, 1, 0.0, info={"device": "gpu"})
+    stats = DeviceStats(util_pct=99, mem_used_mb=4497, mem_total_mb=143_771, temp_c=45, power_w=275.7)
+    hbs = {wid: Heartbeat(worker=wid, epoch=1, seq=0, progress=0, device=stats) for wid in ("w-007", "w-100")}
+    rows = {r.id: r for r in merge_workers([LOCAL], monitor.views(0.1), set(), hbs)}
+    for wid in ("w-007", "w-100"):
+        r = rows[wid]
+        assert (r.util_pct, r.mem_used_mb, r.mem_total_mb, r.temp_c, r.power_w) == (99, 4497, 143_771, 45, 275.7)

@@ -40,7 +40,7 @@ from warpdeck.engine.state.snapshot import (
 SAMPLES = [
     Birth(worker="gpu-3.cuda0", epoch=17, host="gpu-3", pid=42, device="NVIDIA H100", lanes=2, version="0.1"),
     Heartbeat(worker="w1", epoch=17, seq=255, progress=1234, lanes_busy=2, leased=(7, 8),
-              device=DeviceStats(util_pct=97.5, mem_used_mb=1000, mem_total_mb=80_000, temp_c=61)),
+              device=DeviceStats(util_pct=97.5, mem_used_mb=1000, mem_total_mb=80_000, temp_c=61, power_w=412.5)),
     Death(worker="w1", epoch=17, graceful=True, reason="shutdown"),
     EngineState(state="online", pipeline="p", host="h", pid=1, started=1.5),
     Event(what="worker_lost", subject="w1", reason="will", t=2.0),
