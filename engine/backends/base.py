@@ -136,17 +136,7 @@ class Marker:
                 raise exc
             await self._device_done(timeout)
             return
-        inner = asyncio.wrap_future(self.future)
-        # Shielded, so a waiter's timeout leaves the job alone; if every waiter is gone when the job
-        # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
-        inner.add_done_callback(_retrieve)
-        try:
-            # Not ``asyncio.wait_for``: on Python 3.11 it returns the result when a cancellation
-            # lands as the job completes, and the cancelled lane then waited forever at shutdown.
-            async with asyncio.timeout(timeout):
-                await asyncio.shield(inner)
-        except TimeoutError:
-            raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
+        await self._shielded(fut, timeout)
         await self._device_done(timeout)
 
     async def _device_done(self, timeout: float | None) -> None:  # noqa: ASYNC109
@@ -155,15 +145,23 @@ class Marker:
         if ev is None:
             return
         if not ev.done:
-            landed = asyncio.wrap_future(ev.landed)
-            landed.add_done_callback(_retrieve)
-            try:
-                async with asyncio.timeout(timeout):
-                    await asyncio.shield(landed)
-            except TimeoutError:
-                raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
+            await self._shielded(ev.landed, timeout)
         if not self.t1:
             self.t1 = time.perf_counter()
+
+    async def _shielded(self, fut: cf.Future[Any], timeout: float | None) -> None:  # noqa: ASYNC109
+        """Wait for ``fut`` from asyncio, or raise ``MarkerTimeout`` after ``timeout`` seconds."""
+        inner = asyncio.wrap_future(fut)
+        # Shielded, so a waiter's timeout leaves the work alone; if every waiter is gone when it
+        # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
+        inner.add_done_callback(_retrieve)
+        try:
+            # Not ``asyncio.wait_for``: on Python 3.11 it returns the result when a cancellation
+            # lands as the work completes, and the cancelled lane then waited forever at shutdown.
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(inner)
+        except TimeoutError:
+            raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
 
 
 def _retrieve(f: asyncio.Future[Any]) -> None:
