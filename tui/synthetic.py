@@ -289,9 +289,10 @@ class SyntheticRun:
         share = (c.done * 6 // 10, c.done * 4 // 10)
         return (
             WorkerView("gpu-a/cuda:0", WorkerState.ONLINE, "gpu-a", 4101, "cuda:0 H100", 1, self.lanes, self.lanes,
-                       batches * 6 // 10, share[0], c.failed, 0.1 + 0.3 * (t * 2 % 1), 0.4, 93.0, 31_250.0, 81_559.0),
+                       batches * 6 // 10, share[0], c.failed, 0.1 + 0.3 * (t * 2 % 1), 0.4, 93.0, 31_250.0, 81_559.0,
+                       61.0, 512.0),
             WorkerView("gpu-b/cuda:0", WorkerState.LATE, "gpu-b", 4177, "cuda:0 H100", 1, self.lanes, 1,
-                       batches * 4 // 10, share[1], 0, 1.6, 3.4, 71.0, 29_800.0, 81_559.0),
+                       batches * 4 // 10, share[1], 0, 1.6, 3.4, 71.0, 29_800.0, 81_559.0, 58.0, 431.0),
             WorkerView("gpu-c/cuda:1", WorkerState.DEAD, "gpu-c", 3990, "cuda:1 H100", 2, self.lanes, 0, 12,
                        12 * self.batch, 0, 5.0 + t, 16.0, None, None, None),
         )

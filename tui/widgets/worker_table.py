@@ -22,12 +22,12 @@ __all__ = ["COLUMNS", "WorkerTable", "worker_cells"]
 #: (column key, title); sorting cycles through these.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "worker"), ("state", "state"), ("age", "heartbeat"), ("phi", "phi"), ("lanes", "lanes busy"),
-    ("progress", "batches"), ("util", "util"), ("mem", "memory"), ("done", "done"), ("failed", "failed"),
-    ("host", "host · pid"), ("device", "device"),
+    ("progress", "batches"), ("util", "util"), ("mem", "memory"), ("heat", "temp · power"), ("done", "done"),
+    ("failed", "failed"), ("host", "host · pid"), ("device", "device"),
 )
 #: Which columns stay when not all fit (0 stays longest).
 _RANK = {"id": 0, "state": 0, "done": 1, "failed": 1, "age": 2, "lanes": 2, "progress": 3, "phi": 3, "util": 4,
-         "mem": 4, "device": 5, "host": 6}
+         "mem": 4, "heat": 5, "device": 5, "host": 6}
 _MORE = "more"  # the key of the ``…`` column that says columns were left out
 
 
@@ -39,11 +39,13 @@ def worker_cells(w: WorkerView) -> dict[str, str]:
     mem = "—"
     if w.mem_used_mb is not None and w.mem_total_mb:
         mem = f"{w.mem_used_mb / 1024:.1f}/{w.mem_total_mb / 1024:.1f} GiB"
+    heat = " · ".join(("—" if v is None else f"{v:.0f} {unit}") for v, unit in ((w.temp_c, "°C"), (w.power_w, "W")))
     return {
         "id": w.id, "state": f"{badge.glyph if badge else '?'} {w.state}" + (f" · {w.note}" if w.note else ""),
         "age": "in process" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s * 1000:,.0f} ms",
         "phi": "—" if w.phi is None else f"{w.phi:.1f}", "lanes": f"{w.lanes_busy}/{w.lanes}",
         "progress": f"{w.progress:,}", "util": "—" if w.util_pct is None else f"{w.util_pct:.0f}%", "mem": mem,
+        "heat": "—" if w.temp_c is None and w.power_w is None else heat,
         "done": f"{w.tasks_done:,}", "failed": f"{w.tasks_failed:,}", "host": f"{w.host} · {w.pid}",
         "device": w.device,
     }
@@ -57,7 +59,7 @@ def _text(cell: str) -> Text:
 
 def _sort_key(w: WorkerView, column: str) -> tuple[float, str]:
     numeric = {"age": w.heartbeat_age_s or 0.0, "phi": w.phi or 0.0, "lanes": w.lanes_busy,
-               "progress": w.progress, "util": w.util_pct or 0.0, "mem": w.mem_used_mb or 0.0,
+               "progress": w.progress, "util": w.util_pct or 0.0, "mem": w.mem_used_mb or 0.0, "heat": w.power_w or 0.0,
                "done": w.tasks_done, "failed": w.tasks_failed}
     if column in numeric:
         return (-float(numeric[column]), w.id)
