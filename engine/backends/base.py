@@ -231,6 +231,7 @@ class StreamSet:
                       Phase.SINK: HostPool(f"{name}-sink", sink_workers)}
         self._pools.update(self._host)
         self._closed = threading.Event()
+        self._shut = False
         _track(self)
 
     def workers(self, phase: Phase) -> int:
@@ -257,6 +258,11 @@ class StreamSet:
                 exc = _wait_submitted(d, closed) if device_deps else _wait_done(d, closed)
                 if exc is not None:
                     raise DependencyFailed(f"{d.phase.name.lower()} failed: {exc!r}") from exc
+            if closed.is_set():
+                # Abandoned (``abandon``): a stopping lane frees every buffer's release, so a
+                # dependency that is done now may only have been let go; its buffer may still be
+                # read by a running job (a sink writing it out). This job must not touch it.
+                raise StreamsClosed(f"streams closed before {phase.name.lower()} ran")
             c0 = time.thread_time()
             marker.t0 = time.perf_counter()
             result = job()
@@ -268,13 +274,21 @@ class StreamSet:
         marker.future = self._pools[phase].submit(run)
         return marker
 
-    def close(self) -> None:
-        """Stop accepting work and wait for running jobs. A job still waiting for a dependency
-        gives up (``StreamsClosed``): a release that nobody will ever free cannot hang the
-        process at exit, when Python joins every executor thread."""
-        if self._closed.is_set():
-            return
+    def abandon(self) -> None:
+        """From now on no job starts its work: a job waiting for a dependency gives up
+        (``StreamsClosed``), even if the dependency is then released, and so does a job not yet
+        started; a running job runs to its end. A stopping lane calls this before it frees its
+        buffers' releases, so that freeing them cannot let a copy into a buffer still being read."""
         self._closed.set()
+
+    def close(self) -> None:
+        """Abandon what has not started (``abandon``), then stop accepting work and wait for the
+        running jobs. A job still waiting for a dependency gives up: a release that nobody will
+        ever free cannot hang the process at exit, when Python joins every executor thread."""
+        self._closed.set()
+        if self._shut:
+            return
+        self._shut = True
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
 

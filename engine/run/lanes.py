@@ -200,6 +200,11 @@ class Lane:
                 tg.create_task(self._watch_sink(), name=f"lane{self.id}-sink")
         finally:
             self.status = "stopped"
+            # First no job may start its work any more: the releases freed below would otherwise
+            # let a d2h copy into a pinned output that a sink thread is still writing out (a SIGTERM
+            # landed another batch's values in a Parquet part that way). Jobs already running end
+            # as they would have; the rest give up.
+            self.streams.abandon()
             # Whatever ended the lane, no stream job may wait forever on a release.
             for item in self._inflight.values():
                 free(item.sink_release)
