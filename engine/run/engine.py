@@ -226,6 +226,9 @@ class Engine:
     async def __aexit__(self, *exc: object) -> None:
         failed: Exception | None = None  # the run's own error, raised once everything is closed
         if self._main is not None:
+            if not self._main.done():
+                # A stop: held writes give up now (a resume writes them), not wait for the disk.
+                self.outage.abandon()
             self._main.cancel()  # nothing, where it has ended
             try:
                 await self._main
