@@ -66,8 +66,9 @@ LOCK_NAME = "journal.lock"
 SCHEMA_VERSION = "2"
 
 #: Fields that tune how a run goes but not what it produces; they may change between resumes.
+#: (``host`` joined them later: ``_made_by_same`` accepts a journal whose identity still holds it.)
 _TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor",
-           "faults"}
+           "faults", "host"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -131,8 +132,25 @@ def spec_identity(spec: PipelineSpec) -> SpecIdentity:
     data = spec.model_dump(mode="json", exclude=_TUNING)
     for stage in data["stages"]:
         stage.pop("deadline_s", None)
+    return _identity(spec.name, data)
+
+
+def _identity(name: str, data: dict[str, Any]) -> SpecIdentity:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return SpecIdentity(spec.name, hashlib.sha256(text.encode()).hexdigest(), text)
+    return SpecIdentity(name, hashlib.sha256(text.encode()).hexdigest(), text)
+
+
+def _made_by_same(made_by: SpecIdentity, identity: SpecIdentity) -> bool:
+    """Whether the journal's spec decides the same tasks and outputs as ``identity``: the same
+    identity, or one made before a field became a tuning field, that matches once it is left out."""
+    if made_by == identity:
+        return True
+    if not made_by.spec or made_by.name != identity.name:
+        return False
+    data = json.loads(made_by.spec)
+    for name in _TUNING:
+        data.pop(name, None)
+    return _identity(made_by.name, data) == identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +234,10 @@ class Journal:
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
             if meta:
                 made_by = SpecIdentity(meta.get("spec_name", "?"), meta.get("spec_digest", "?"), meta.get("spec", ""))
-                if made_by != identity:
+                if not _made_by_same(made_by, identity):
                     raise SpecMismatch(run_dir, made_by, identity)
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('spec', ?)", (identity.spec,))  # an older journal
+                conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",  # an older journal: today's identity
+                                 [("spec_digest", identity.digest), ("spec", identity.spec)])
                 _renumber_attempts(conn, meta.get("schema", SCHEMA_VERSION))
             else:
                 conn.executemany("INSERT INTO meta VALUES (?, ?)", [

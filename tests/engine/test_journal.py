@@ -13,7 +13,7 @@ from wd_build import spec
 from wd_stages import POISON, RecordingSink, SleepySource
 
 from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch
-from warpdeck.engine.edges.journal import JOURNAL_NAME, RunDirBusy, spec_identity
+from warpdeck.engine.edges.journal import _TUNING, JOURNAL_NAME, Journal, RunDirBusy, _identity, spec_identity
 from warpdeck.engine.edges.resume import IN_FLIGHT_REASON
 from warpdeck.engine.edges.sinks import TMP_SUFFIX
 from warpdeck.engine.state.tasks import State
@@ -109,6 +109,36 @@ async def test_a_run_directory_made_by_another_spec_is_refused_naming_both(tmp_p
                                                               "shape": [4], "dtype": "float64"}), tmp_path)
     report, _ = await _run(_npy_spec(tmp_path, name="first", batch_size=4, lanes=2), tmp_path)
     assert report.counts.skipped_done == N
+
+
+async def test_host_threads_may_change_on_resume_as_advise_recommends(tmp_path: Path) -> None:
+    # Issue 28, item 5: `[host]` only tunes (threads per host phase), but a resume with other thread
+    # counts was refused, naming host.fill_workers, though `warpdeck advise` recommends exactly those.
+    first, _ = await _run(_npy_spec(tmp_path, host={"fill_workers": 1}), tmp_path)
+    assert first.counts.done == N
+    again, _ = await _run(_npy_spec(tmp_path, host={"fill_workers": 3, "sink_workers": 2}), tmp_path)
+    assert again.counts.skipped_done == N
+
+
+async def test_a_journal_whose_identity_still_holds_host_resumes_and_takes_todays(tmp_path: Path) -> None:
+    # Journals made before `[host]` became a tuning field hashed it into their identity: they resume,
+    # and from then on carry the identity without it. A field that decides the outputs still refuses.
+    s = _npy_spec(tmp_path, host={"fill_workers": 2})
+    data = s.model_dump(mode="json", exclude=_TUNING - {"host"})
+    for stage in data["stages"]:
+        stage.pop("deadline_s", None)
+    legacy = _identity(s.name, data)
+    assert legacy.digest != spec_identity(s).digest
+    journal, _ = Journal.open(tmp_path, legacy)
+    journal.close()
+    report, _ = await _run(_npy_spec(tmp_path, host={"fill_workers": 1}), tmp_path)
+    assert report.counts.done == N
+    with _db(tmp_path) as c:
+        assert dict(c.execute("SELECT name, value FROM meta"))["spec_digest"] == spec_identity(s).digest
+    legacy_other = Journal.open(tmp_path / "other", legacy)[0]
+    legacy_other.close()
+    with pytest.raises(SpecMismatch):
+        await _run(_npy_spec(tmp_path, stages=["wd_stages:add_one"]), tmp_path / "other")
 
 
 async def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path) -> None:
