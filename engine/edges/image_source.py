@@ -61,9 +61,9 @@ class ImageSourceImpl(KeyedTasks):
         self.spec = spec
         if not spec.path.is_dir():
             raise FileNotFoundError(f"source.path: {spec.path} is not a directory")
-        # A loader only (``tasks=False``) lists nothing: the handles it decodes are paths.
-        files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix.lower() in SUFFIXES and not p.is_dir()) \
-            if tasks else []
+        # A loader only (``tasks=False``) lists nothing: the handles it decodes are paths. Whatever is
+        # named like an image is a task, a directory too: it fails alone, named, as in an npy source.
+        files = sorted(p for p in spec.path.glob(spec.glob) if p.suffix.lower() in SUFFIXES) if tasks else []
         self._tasks: dict[str, Path] = {}
         for p in files:
             key = image_key(p.relative_to(spec.path))

@@ -113,9 +113,10 @@ def _fault_folder(folder: Path) -> dict[str, str]:
     (folder / "text.jpg").write_text("this is not a JPEG\n")
     Image.fromarray(_pixels((40, 40, 3), 9)).save(folder / "bomb.png")  # 1600 pixels, over max_pixels
     (folder / "locked.png").write_bytes(whole)
+    (folder / "folder.png").mkdir()  # named like an image: it fails alone, named (issue 28, item 7)
     return {"truncated": "corrupt or truncated image", "empty": "empty file",
             "text": "not a PNG, JPEG or WebP image", "bomb": "over max_pixels (1000); refused before decoding",
-            "locked": "unreadable: Permission denied"}
+            "locked": "unreadable: Permission denied", "folder": "not a regular file (a directory)"}
 
 
 async def test_each_bad_image_fails_alone_with_its_path_and_reason(tmp_path: Path,
