@@ -284,6 +284,11 @@ class Engine:
                             task.cancel()
                         await asyncio.wait(running)
                         break
+                if self.journal is not None and not stop.done():
+                    # The last records commit while the fault watch still runs, so a journal outage
+                    # now holds the run (and times out) as one mid-run does, not fail the close.
+                    flushed = tg.create_task(asyncio.to_thread(self.journal.flush), name="warpdeck-flush")
+                    await asyncio.wait([flushed, stop], return_when=asyncio.FIRST_COMPLETED)
                 for task in (*helpers, stop):
                     task.cancel()
         finally:

@@ -409,3 +409,31 @@ async def test_a_stop_during_an_outage_ends_at_once_and_a_plain_resume_finishes(
     assert (again.counts.failed, again.exit_code) == (0, ExitStatus.FINISHED)
     assert again.resume is not None and again.counts.done + again.counts.skipped_done == 60
     _check_outputs(out, 60)
+
+
+async def test_a_journal_outage_with_every_task_in_flight_holds_the_run_until_the_disk_returns(
+        tmpfs: Mount, tmp_path: Path) -> None:
+    # Issue 28, item 4: when every remaining task was already in flight, the run ended while the
+    # journal's last commit was held, the close gave it up, and the run exited 6 though the disk was
+    # about to come back. Now the last commit is made while the fault watch runs: the run holds.
+    mnt = tmpfs("1m")
+    out = tmp_path / "out"  # the outputs' disk is fine; the journal's fills
+    s = spec(["wd_stages:slow_double_40ms"], batch_size=4, sink={"kind": "npy_dir", "path": str(out)})
+    async with Engine(s, mnt / "run", source=IterableSource(_items(8))) as eng:
+        await _until(lambda: eng.snapshot().counts.done >= 4)  # every task admitted, the first batch done
+        filler = _fill(mnt, leave=0)
+        await _until(lambda: eng.snapshot().counts.done == 8)  # the lanes have nothing left
+        await _until(lambda: (v := eng.outage.view()) is not None and v.what == "journal")
+        held = eng.outage.view()
+        assert held is not None
+        await _until(lambda: (s := eng.snapshot()).outage is not None and s.t - s.outage.since >= 0.3)
+        filler.unlink()
+        report = await eng.wait()
+    assert held.reason.startswith("journal: no space left on device")
+    final = eng.report
+    assert final is not None
+    assert (final.exit_code, final.journal_error, final.counts.done) == (ExitStatus.FINISHED, "", 8)
+    with sqlite3.connect(mnt / "run" / "journal.sqlite") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall() == [(2, 8)]
+    assert report.outages is not None and report.outages.count >= 1
