@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +52,7 @@ from warpdeck.engine.api import (
     SpecError,
     load_secret,
     load_spec,
+    not_run,
     parse_broker,
     parse_metrics_address,
     parse_spec,
@@ -148,6 +152,45 @@ def main(argv: list[str] | None = None) -> int:
         return run_advise(args, err)
     if args.command == "check":
         return run_check(args, err)
+    name = Path(args.spec).stem if args.command == "run" else "demo-spectrogram"
+    try:
+        with _sigterm_interrupts():
+            return _run_command(args, err, name)
+    except KeyboardInterrupt:  # a signal while the run started, or a second one while it stopped
+        err.print("interrupted before the run could report")
+        _write_report(not_run(name, stopped_by="signal"), args.json, err)
+        return ExitStatus.STOPPED
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Until the run's own handlers take over, a SIGTERM stops the run as a SIGINT does, with a
+    report: Python's default for it ends the process without a word (issue 28). Outside the main
+    thread (a test calling ``main``) signals stay as they are."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _refuse(report: RunReport, err: Console, path: Path | None) -> int:
+    """Say why a run did not start (the reason is the report's), write its report, give its status."""
+    err.print(f"error: {report.refused or report.journal_error}", markup=False, highlight=False, soft_wrap=True)
+    _write_report(report, path, err)
+    return report.exit_code
+
+
+def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
+    """``warpdeck run`` and ``warpdeck demo``: every ending, a refusal too, writes its report."""
     try:
         if args.command == "run":
             spec = load_spec(args.spec)
@@ -155,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             count = args.count or (4000 if args.headless else 60_000)
             spec = _demo_spec(count, outputs=args.headless or args.outputs)
     except SpecError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.USAGE
+        return _refuse(not_run(name, refused=str(exc)), err, args.json)
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
     try:
@@ -164,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         exports = ExportSettings(trace=args.trace,
                                  metrics=parse_metrics_address(args.metrics) if args.metrics else None)
     except ValueError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.USAGE
+        return _refuse(not_run(spec.name, refused=str(exc)), err, args.json)
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
     retry_failed = getattr(args, "retry_failed", False)
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
@@ -176,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         elif (unfit := _textual_unfit()) is not None:
             err.print(f"warpdeck: {unfit}; running headless", markup=False, highlight=False)
         else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the control room's own business (issue 29)
             return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err, exports)
     console = Console(stderr=False)
     ray_log = _ray_log_size(spec, run_dir)
@@ -187,17 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                                               retry_failed=retry_failed, journal=journal, control=control,
                                               exports=exports))
     except JournalError as exc:  # the run directory's disk refused the journal: not a usage error
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.JOURNAL
+        return _refuse(not_run(spec.name, journal_error=str(exc)), err, args.json)
     except (BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)  # one line, however long
-        return ExitStatus.USAGE
+        return _refuse(not_run(spec.name, refused=str(exc)), err, args.json)
     except OSError as exc:  # a trace file or a metrics port refused: nothing ran
-        err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
-        return ExitStatus.USAGE
-    except KeyboardInterrupt:  # a second Ctrl-C while the run was stopping, or one before it began
-        err.print("interrupted")
-        return ExitStatus.STOPPED
+        return _refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, args.json)
     _write_report(report, args.json, err)
     _closing_note(report, err)
     _ray_note(spec, run_dir, ray_log, err)
@@ -315,14 +351,11 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
             report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
                                       control=control, exports=exports)
     except JournalError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return ExitStatus.JOURNAL
+        return _refuse(not_run(spec.name, journal_error=str(exc)), err, json_path)
     except (UnknownTheme, BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return ExitStatus.USAGE
+        return _refuse(not_run(spec.name, refused=str(exc)), err, json_path)
     except OSError as exc:
-        err.print(f"error: {_export_error(exc, exports)}", markup=False, highlight=False)
-        return ExitStatus.USAGE
+        return _refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, json_path)
     if report is None:
         err.print("the engine stopped before it could report")
         return ExitStatus.STOPPED

@@ -49,7 +49,7 @@ from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, F
 from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.metrics import Figures
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport
+from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport, not_run
 from warpdeck.engine.state.run_events import (
     BatchFinished,
     CommandEvent,
@@ -189,6 +189,7 @@ __all__ = [
     "exporting",
     "load_secret",
     "load_spec",
+    "not_run",
     "parse_broker",
     "parse_metrics_address",
     "parse_spec",

@@ -207,14 +207,19 @@ class Journal:
     @classmethod
     def open(cls, run_dir: Path, identity: SpecIdentity, interval: float = 0.05) -> tuple[Journal, ResumeState]:
         """Lock ``run_dir``, open (or create) its journal, check it was made by ``identity``'s spec
-        and read what a resume needs. Raises ``RunDirBusy``, ``SpecMismatch``, or ``JournalError``
-        where the disk refuses (full, read-only, failing)."""
+        and read what a resume needs. Raises ``RunDirBusy``, ``SpecMismatch``, ``RunDirError`` for a
+        journal SQLite cannot read, or ``JournalError`` where the disk refuses (full, read-only,
+        failing)."""
         try:
             return cls._open(run_dir, identity, interval)
         except (OSError, sqlite3.Error) as exc:
-            if environment_cause(exc) is None:
-                raise
-            raise JournalError(run_dir, exc) from exc
+            if environment_cause(exc) is not None:
+                raise JournalError(run_dir, exc) from exc
+            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+                # A file in the journal's place that SQLite cannot read: not ours to overwrite.
+                raise RunDirError(run_dir, f"{run_dir / JOURNAL_NAME}: not a warpdeck journal ({exc}); "
+                                           f"pass another --run-dir, or remove {run_dir}") from exc
+            raise
 
     @classmethod
     def _open(cls, run_dir: Path, identity: SpecIdentity, interval: float) -> tuple[Journal, ResumeState]:

@@ -35,6 +35,7 @@ __all__ = [
     "RunFacts",
     "RunReport",
     "make_report",
+    "not_run",
 ]
 
 
@@ -221,7 +222,8 @@ class RunReport(_Frozen):
     """Set when the run had a control plane (``--broker``)."""
     stopped_by: str = ""
     """Why the engine stopped itself before the end: ``outage`` or ``journal``; or ``source``: the
-    source raised part way, so what it had yielded finished and nothing more was admitted ("" otherwise)."""
+    source raised part way, so what it had yielded finished and nothing more was admitted; or
+    ``signal``: a SIGTERM or SIGINT came before the engine could report (``not_run``) ("" otherwise)."""
     source_error: str = ""
     """The source's error where it raised part way (``RuntimeError: bucket gone``); a resume carries on."""
     source_traceback: str = ""
@@ -230,15 +232,21 @@ class RunReport(_Frozen):
     """Set when an outage held the run at least once."""
     journal_error: str = ""
     """Why the journal could not be written, if it could not (exit status 6)."""
+    refused: str = ""
+    """Why the run was refused before any work started: a bad spec, a run directory in use or
+    made by another spec, an export that could not open, a backend that cannot run (exit status
+    2). The report then holds no figures (``not_run``)."""
 
     @property
     def exit_code(self) -> ExitStatus:
-        """The command's exit status for this run (``ExitStatus``): journal unwritable beats stopped by
-        an outage beats stopped (work left), which beats failed or cancelled, which beats drained;
-        finished only when every task is done."""
+        """The command's exit status for this run (``ExitStatus``): journal unwritable beats refused
+        beats stopped by an outage beats stopped (work left), which beats failed or cancelled, which
+        beats drained; finished only when every task is done."""
         c = self.counts
         if self.journal_error:
             return ExitStatus.JOURNAL
+        if self.refused:
+            return ExitStatus.USAGE
         if self.stopped_by == "outage":
             return ExitStatus.OUTAGE
         if self.status == "stopped" or c.queued or c.running:
@@ -318,3 +326,18 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         flagged=flagged, stopped_by=facts.stopped_by, source_error=facts.source_error,
         source_traceback=facts.source_traceback, outages=report_outages, journal_error=journal_error,
     )
+
+
+def not_run(pipeline: str, *, refused: str = "", journal_error: str = "", stopped_by: str = "") -> RunReport:
+    """The report of a run that ended before its engine could report: refused (exit 2), a journal
+    that could not be opened (6), or a SIGTERM or SIGINT while it started (``stopped_by =
+    "signal"``: 4). Every count and figure is zero: nothing this process ran is in it (a resume's
+    journal says what earlier runs did)."""
+    return RunReport(
+        pipeline=pipeline, status="stopped", backend="", backend_reason="", device="", lanes=0, batch_size=0,
+        slot_depth=[], elapsed_s=0.0, first_batch_s=None,
+        counts=ReportCounts(total=0, done=0, failed=0, cancelled=0, queued=0, running=0),
+        throughput_tasks_s=0.0, throughput_bytes_s=0.0, steady_tasks_s=0.0, bound_tasks_s=0.0,
+        serial_bound_tasks_s=0.0, overlap_efficiency=0.0, mean_phase_s={}, occupancy={}, stall_s={},
+        divergence_max=0, serial_fraction=0.0, amdahl_ceiling={}, latency_p50_s=0.0, latency_p99_s=0.0, failures=[],
+        refused=refused, journal_error=journal_error, stopped_by=stopped_by)

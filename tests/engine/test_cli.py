@@ -273,3 +273,66 @@ def test_a_spec_that_is_not_utf8_exits_2_naming_the_file_and_the_byte(tmp_path: 
     lines = r.stderr.strip().splitlines()  # as every spec error: the file, then the issue
     assert "Traceback" not in r.stderr and len(lines) == 2 and str(spec) in lines[0]
     assert "not UTF-8 text (byte 0xe9 on line 2)" in lines[1]
+
+
+# -- every ending writes a report (issue 28, item 6) ---------------------------------------------------
+def _report(tmp: Path) -> dict[str, object]:
+    return json.loads((tmp / "r.json").read_text())
+
+
+def test_every_refusal_writes_its_report_with_the_exit_status(tmp_path: Path) -> None:
+    good = _write(tmp_path, SPEC.format(fn="wd_stages:double"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SPEC.format(fn="wd_stages:double").replace("count = 50", "count = -1"))
+    other = tmp_path / "other.toml"
+    other.write_text(SPEC.format(fn="wd_stages:add_one"))
+    assert _warpdeck("run", str(good), "--headless", "--run-dir", "rd", cwd=tmp_path).returncode == 0
+    cases = {
+        "a bad spec": (["run", str(bad)], "source.count"),
+        "a run directory made by another spec": (["run", str(other), "--run-dir", "rd"], "stages[0].fn"),
+        "a trace file that cannot be written": (["run", str(good), "--trace", str(tmp_path / "no" / "such" / "t.json"),
+                                                 "--run-dir", "rd2"], "t.json"),
+        "a bad --metrics address": (["run", str(good), "--metrics", "nowhere", "--run-dir", "rd3"], "--metrics"),
+    }
+    for case, (args, named) in cases.items():
+        (tmp_path / "r.json").unlink(missing_ok=True)
+        r = _warpdeck(*args, "--headless", "--json", "r.json", "--broker", "none", cwd=tmp_path)
+        assert r.returncode == 2, (case, r.stderr)
+        report = _report(tmp_path)
+        assert named in str(report["refused"]) and named in r.stderr, (case, report["refused"], r.stderr)
+        assert report["status"] == "stopped" and report["counts"]["done"] == 0, case  # type: ignore[index]
+        assert "Traceback" not in r.stderr, case
+
+
+def test_a_file_in_the_journals_place_is_refused_with_a_report_not_a_traceback(tmp_path: Path) -> None:
+    # It was a sqlite3.DatabaseError and a traceback, exit 1. (A journal whose disk refuses it, full
+    # or read-only, is exit 6 and writes its report too: tests/engine/test_outage.py.)
+    good = _write(tmp_path, SPEC.format(fn="wd_stages:double"))
+    (tmp_path / "rd").mkdir()
+    (tmp_path / "rd" / "journal.sqlite").write_bytes(b"this is not a database" * 100)
+    r = _warpdeck("run", str(good), "--headless", "--json", "r.json", "--run-dir", "rd", "--broker", "none",
+                  cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    report = _report(tmp_path)
+    assert "not a warpdeck journal" in str(report["refused"]) and "Traceback" not in r.stderr
+
+
+def test_a_sigterm_while_the_run_starts_exits_4_with_a_report(tmp_path: Path) -> None:
+    # Before the run's own handlers (imports done, the spec loaded, the engine starting), Python's
+    # default SIGTERM ended the process without a word or a report.
+    spec = _write(tmp_path, SLOW.format(count=3000).replace("wd_stages:sleep_10ms", "wd_slow_import:double"))
+    stamp = tmp_path / "loading"
+    env = {**cli_env(120), "WARPDECK_TEST_STAMP": str(stamp)}
+    with subprocess.Popen([*COMMAND, "run", str(spec), "--headless", "--json", "r.json", "--run-dir", "rd"],
+                          cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            # The stage module takes 3 s to import, before the run's own signal handlers exist.
+            _until(lambda: stamp.exists() or proc.poll() is not None, 60, "the spec being checked")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            _end(proc)
+    assert proc.returncode == 4, err
+    report = _report(tmp_path)
+    assert report["status"] == "stopped" and report["stopped_by"] == "signal"
+    assert "Traceback" not in err
