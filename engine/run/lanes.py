@@ -38,21 +38,12 @@ from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
-from warpdeck.engine.run.slots import Buffer, Slot
+from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
 from warpdeck.engine.state.tasks import Phase, StallReason
 
 __all__ = ["Lane"]
-
-#: The dtype of the device's per-row non-finite counts, and of raw buffer bytes.
-_COUNT, _BYTE = np.dtype(np.int32), np.dtype(np.uint8)
-
-
-def _counts_at(rows: int, row_bytes: int) -> int:
-    """Byte offset of a batch's non-finite counts in its output buffers: right after its ``rows``
-    outputs, 8-byte aligned (an int32 kernel store must be aligned)."""
-    return -(-rows * row_bytes // 8) * 8
 
 
 @dataclass(slots=True)
@@ -295,10 +286,7 @@ class Lane:
     def batch_bytes(self, key: BatchKey, plan: StagePlan) -> tuple[int, int]:
         """Bytes of a full batch's input and output buffers for ``key`` (the output's with room for
         the rows' non-finite counts where the device makes them)."""
-        out = self.batch_size * plan.out_nbytes
-        if self._counter(plan) is not None:
-            out = _counts_at(self.batch_size, plan.out_nbytes) + _COUNT.itemsize * self.batch_size
-        return self.batch_size * key.nbytes, out
+        return self.batch_size * key.nbytes, output_bytes(self.batch_size, plan.out_nbytes, self._counter(plan))
 
     def _counter(self, plan: StagePlan) -> NonfiniteCounter | None:
         """The device's non-finite count for ``plan``'s outputs, when the policy looks at them and
@@ -349,17 +337,12 @@ class Lane:
         views.append(dev_out)
         xp = be.xp
         fns = plan.fns
-        # Where the device counts each row's non-finite outputs, the counts travel back in the same
-        # d2h, in the output buffers right after the rows: the sink then reads n numbers instead of
-        # scanning every output byte on the host.
+        # Where the device counts the rows' non-finite outputs, the sink reads those counts (they come
+        # back in the same d2h) instead of scanning every output byte on the host.
         counter = self._counter(plan)
         d2h_dst, d2h_src, dev_counts, host_counts = host_out, dev_out, None, None
         if counter is not None:
-            at = _counts_at(n, plan.out_nbytes)
-            dev_counts = be.view(slot.dev_out.buf[at:], (n,), _COUNT)
-            host_counts = be.view(slot.host_out.buf[at:], (n,), _COUNT)
-            end = at + _COUNT.itemsize * n
-            d2h_dst, d2h_src = be.view(slot.host_out.buf, (end,), _BYTE), be.view(slot.dev_out.buf, (end,), _BYTE)
+            d2h_dst, d2h_src, dev_counts, host_counts = counted_outputs(be, slot, n, plan.out_nbytes)
 
         def compute() -> None:
             for i, fn in enumerate(fns):

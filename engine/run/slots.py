@@ -10,10 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from warpdeck.engine.backends.base import Marker, done_marker
+import numpy as np
+
+from warpdeck.engine.backends.base import Backend, Marker, NonfiniteCounter, done_marker
 from warpdeck.engine.state.tasks import Phase
 
-__all__ = ["Buffer", "Slot"]
+__all__ = ["Buffer", "Slot", "counted_outputs", "output_bytes"]
+
+#: The dtype of the device's per-row non-finite counts, and of raw buffer bytes.
+_COUNT, _BYTE = np.dtype(np.int32), np.dtype(np.uint8)
 
 
 class Buffer:
@@ -47,3 +52,27 @@ class Slot:
     @property
     def nbytes(self) -> int:
         return sum(b.cap for b in self.buffers()) + sum(m.cap for m in self.mids)
+
+
+def _counts_at(rows: int, row_bytes: int) -> int:
+    """Byte offset of a batch's non-finite counts in its output buffers: right after its ``rows``
+    outputs, 8-byte aligned (an int32 kernel store must be aligned)."""
+    return -(-rows * row_bytes // 8) * 8
+
+
+def output_bytes(rows: int, row_bytes: int, counter: NonfiniteCounter | None) -> int:
+    """Bytes of an output buffer for ``rows`` outputs, with room for their non-finite counts where
+    the device makes them (``counter``)."""
+    if counter is None:
+        return rows * row_bytes
+    return _counts_at(rows, row_bytes) + _COUNT.itemsize * rows
+
+
+def counted_outputs(be: Backend, slot: Slot, rows: int, row_bytes: int) -> tuple[Any, Any, Any, Any]:
+    """Where the device counts each row's non-finite outputs, the counts travel back in the same
+    d2h, in the output buffers right after the rows: the d2h's destination and source (the rows
+    and the counts, as bytes), and the counts on the device and on the host."""
+    at = _counts_at(rows, row_bytes)
+    end = at + _COUNT.itemsize * rows
+    return (be.view(slot.host_out.buf, (end,), _BYTE), be.view(slot.dev_out.buf, (end,), _BYTE),
+            be.view(slot.dev_out.buf[at:], (rows,), _COUNT), be.view(slot.host_out.buf[at:], (rows,), _COUNT))
