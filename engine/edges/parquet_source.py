@@ -78,7 +78,8 @@ class ParquetSourceImpl(KeyedTasks):
         self.spec = spec
         path = spec.path
         if path.is_dir():
-            self._files = sorted(p for p in path.glob("*.parquet") if p.is_file())
+            # Everything named like a part is one: a directory ``x.parquet`` is refused, named.
+            self._files = sorted(path.glob("*.parquet"))
         elif path.is_file():
             self._files = [path]
         else:

@@ -177,6 +177,18 @@ def test_a_schema_that_does_not_fit_the_spec_is_refused_naming_the_field(tmp_pat
     assert err.value.issues[0].loc == field, err.value
 
 
+def test_a_directory_named_like_a_part_is_refused_naming_it(tmp_path: Path) -> None:
+    # Issue 28, item 7: it was skipped without a word, its rows (if any were meant) never run.
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder / "a.parquet", _values(3, (2,), "float32"), [1, 2, 3])
+    (folder / "b.parquet").mkdir()
+    spec = {"kind": "parquet", "path": folder, "column": "x", "shape": (2,), "dtype": "float32", "key": "id"}
+    with pytest.raises(SpecError) as err:
+        ParquetSourceImpl(ParquetSource.model_validate(spec))
+    assert err.value.issues[0].loc == "source.path" and str(folder / "b.parquet") in str(err.value)
+
+
 @pytest.mark.parametrize("part", ["source", "sink"])
 def test_the_cli_refuses_a_parquet_spec_without_pyarrow_with_exit_2_naming_the_field(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], part: str) -> None:
