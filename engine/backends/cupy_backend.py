@@ -303,17 +303,17 @@ class CupyBackend:
         return torch_stream_context(self._cp.cuda.get_current_stream())
 
     def nonfinite_counter(self, dtype: np.dtype[Any]) -> NonfiniteCounter | None:
-        if dtype.kind != "f":  # complex and integer outputs: the sink's scan (integers are never checked)
-            return None
+        # Complex and integer outputs: the sink's scan (integers are never checked). Asked for every
+        # batch on the engine's loop, so it makes nothing there: the method is the counter.
+        return self._count_nonfinite if dtype.kind == "f" else None
+
+    def _count_nonfinite(self, out: Any, counts: Any) -> None:
+        """Each row's NaN and infinite values of ``out`` into ``counts``, on the current stream (the
+        compute job's). The kernel is made on first use; two lanes making it at once is harmless."""
         if self._nonfinite is None:
             self._nonfinite = self._cp.ReductionKernel(
                 "T x", "int32 n", "isfinite(x) ? 0 : 1", "a + b", "n = a", "0", "warpdeck_count_nonfinite")
-        kernel = self._nonfinite
-
-        def count(out: Any, counts: Any) -> None:
-            kernel(out.reshape(len(out), -1), axis=1, out=counts)
-
-        return count
+        self._nonfinite(out.reshape(len(out), -1), axis=1, out=counts)
 
     def close(self) -> None:
         self._pinned.clear()
