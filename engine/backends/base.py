@@ -30,6 +30,7 @@ __all__ = [
     "HOST_PHASES",
     "Backend",
     "BackendError",
+    "BufferStillHeld",
     "DependencyFailed",
     "DeviceEvent",
     "Marker",
@@ -95,6 +96,11 @@ class Marker:
     #: work's (start, end) on ``time.perf_counter``'s time base; read once the marker is done,
     #: off the hot path (``phase_spans``). None: ``t0``/``t1`` are the interval (host clock).
     clock: Callable[[], tuple[float, float]] | None = None
+    #: For a release marker: what holds its buffer until the release ends by itself: the jobs that
+    #: use it (``chain_release`` adds the last) and the release it was handed on from. Cleared when
+    #: the last job ends. A job whose dependency was released early (``free``) while any of these
+    #: still holds the buffer fails instead of running (``BufferStillHeld``).
+    held_by: tuple[Marker, ...] = ()
 
     def _event(self) -> DeviceEvent | None:
         return self.future.result() if self.device else None
@@ -177,11 +183,13 @@ def pending_marker(phase: Phase) -> Marker:
 def chain_release(job: Marker, release: Marker) -> None:
     """Resolve ``release`` when ``job`` finishes: with its device event, or free on failure
     (a failed device job leaves the event it recorded on the exception, if it got that far)."""
+    release.held_by = (*release.held_by, job)
 
     def done(f: cf.Future[Any]) -> None:
         if f.cancelled():  # a stream shut down before running the job: the buffer is free
             free(release)
             return
+        release.held_by = ()  # ended by its last user: nothing before it holds the buffer either
         exc = f.exception()
         if exc is not None:
             ev = getattr(exc, "warpdeck_event", None)
@@ -263,6 +271,7 @@ class StreamSet:
                 # dependency that is done now may only have been let go; its buffer may still be
                 # read by a running job (a sink writing it out). This job must not touch it.
                 raise StreamsClosed(f"streams closed before {phase.name.lower()} ran")
+            _check_held(phase, deps)
             c0 = time.thread_time()
             marker.t0 = time.perf_counter()
             result = job()
@@ -318,6 +327,38 @@ def _close_all() -> None:
 
 class StreamsClosed(RuntimeError):
     """The lane's streams were closed while a job still waited for a dependency."""
+
+
+class BufferStillHeld(RuntimeError):
+    """A job's buffer was released while the job holding it still ran: whoever freed the release
+    broke the slot's ownership, and the job would overwrite data still being read. The job fails
+    instead of running, so such a bug shows as a failed batch naming both phases, never as an
+    output holding another batch's values."""
+
+
+def _finished(m: Marker) -> bool:
+    if not m.future.done():
+        return False
+    return m.future.cancelled() or m.done()
+
+
+def _holder(release: Marker) -> Marker | None:
+    """What still holds the buffer ``release`` stands for: a job still running, or a release not
+    ended yet that it was handed on from; None when the buffer is really free."""
+    for h in release.held_by:
+        if not _finished(h):
+            return h
+        if h.held_by and (behind := _holder(h)) is not None:
+            return behind
+    return None
+
+
+def _check_held(phase: Phase, deps: Sequence[Marker]) -> None:
+    for d in deps:
+        if d.held_by and (holder := _holder(d)) is not None:
+            raise BufferStillHeld(
+                f"{phase.name.lower()} would use a buffer that {holder.phase.name.lower()} still holds: "
+                f"its release was freed before {holder.phase.name.lower()} was done with it")
 
 
 #: How often a job blocked on a dependency looks whether its streams were closed.

@@ -247,6 +247,7 @@ class Lane:
         items = batch.items
         source = self.source
         fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(source, items, host_in))
+        release.held_by = (fill_m,)
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
 
     async def _watch_fill(self) -> None:
@@ -358,6 +359,9 @@ class Lane:
         sink_release = pending_marker(Phase.SINK)
         out_wait = slot.host_out.release
         d2h_m = be.d2h(self.streams, d2h_dst, d2h_src, [comp_m, out_wait])
+        # The pinned output is handed on: held by the previous batch's sink until it lets go, then
+        # by this d2h, then by this batch's sink (chained when it is submitted).
+        sink_release.held_by = (out_wait, d2h_m)
         slot.dev_out.release = d2h_m.released()
         slot.dev_out.holder = batch.id
         slot.host_out.release = sink_release

@@ -9,6 +9,10 @@ Here the sink writes whole batches and holds each write open on a gate: two sink
 batches 0 and 1, and the d2h of batches 4 and 5 wait for their buffers. The run is stopped, batch
 0's write is let through, then the rest once the lane has dealt with the waiting d2h jobs, and every
 row the sink wrote must still hold what it held when the write began: twice its input.
+
+A slot's ownership is checked too: a release freed while the job holding its buffer still runs
+makes the next user of that buffer fail (``BufferStillHeld``) instead of overwriting it, so the
+old stop path, put back, fails loudly rather than writing another batch's values.
 """
 
 from __future__ import annotations
@@ -17,11 +21,20 @@ import concurrent.futures as cf
 import threading
 
 import numpy as np
+import pytest
 from wd_build import spec
 from wd_wait import until
 
 from warpdeck.engine.api import Engine, IterableSource
-from warpdeck.engine.backends.base import Marker, StreamsClosed, StreamSet, free, pending_marker
+from warpdeck.engine.backends.base import (
+    BufferStillHeld,
+    Marker,
+    StreamsClosed,
+    StreamSet,
+    chain_release,
+    free,
+    pending_marker,
+)
 from warpdeck.engine.state.tasks import Phase
 
 BATCH = 4
@@ -71,17 +84,25 @@ def _inputs() -> list[tuple[str, np.ndarray]]:
     return [(f"k{i:04d}", np.full(8, float(i), np.float32)) for i in range(N)]
 
 
-async def test_a_stop_leaves_every_buffer_to_the_sink_that_reads_it() -> None:
-    sink = GatedBatchSink()
+def _engine(sink: GatedBatchSink) -> Engine:
     s = spec(["wd_stages:double"], batch_size=BATCH, slot_depth=4, host={"sink_workers": 2},
              feeder={"auto_depth": False})
-    async with Engine(s, source=IterableSource(_inputs()), sink=sink) as eng:
+    return Engine(s, source=IterableSource(_inputs()), sink=sink)
+
+
+async def _both_sinks_held(eng: Engine, sink: GatedBatchSink) -> list[Marker]:
+    """Batches 0 and 1 at the sink's gate; 2 to 5 in the lane, the d2h of 4 and 5 waiting for the
+    buffers batches 0 and 1 are being written from. Those waiting d2h jobs."""
+    lane = eng.state.lanes[0]
+    await until(lambda: sink.entered == 2 and len(lane.inflight_ids()) >= 5, 20, "batches 0-5 in the lane")
+    return _waiting(lane)
+
+
+async def test_a_stop_leaves_every_buffer_to_the_sink_that_reads_it() -> None:
+    sink = GatedBatchSink()
+    async with _engine(sink) as eng:
         lane = eng.state.lanes[0]
-        # Both sink threads hold a batch, and the d2h of the batches after them wait for those buffers.
-        # Batches 0 and 1 at the sink's gate; 2 to 5 in the lane, the d2h of 4 and 5 waiting for
-        # the buffers batches 0 and 1 are being written from.
-        await until(lambda: sink.entered == 2 and len(lane.inflight_ids()) >= 5, 20, "batches 0-5 in the lane")
-        waiting_d2h = _waiting(lane)
+        waiting_d2h = await _both_sinks_held(eng, sink)
         # Open the gate once the stop has dealt with every waiting d2h (run it, or given it up).
         stopped = lane.streams._closed  # set as the stopping lane gives up what has not started
         opener = threading.Thread(target=_open_after, args=(sink, stopped, waiting_d2h), daemon=True)
@@ -105,3 +126,60 @@ def test_a_job_whose_dependency_is_freed_after_a_stop_does_not_run() -> None:
     assert isinstance(job.future.exception(timeout=5), StreamsClosed)
     assert not ran.is_set()
     streams.close()
+
+
+def test_a_release_freed_while_its_buffer_is_held_fails_the_next_user() -> None:
+    streams = StreamSet(0)
+    reading = threading.Event()
+    release_reader = threading.Event()
+
+    def read() -> None:
+        reading.set()
+        release_reader.wait(10)
+
+    sink = streams.submit(Phase.SINK, read)
+    release = pending_marker(Phase.SINK)
+    chain_release(sink, release)
+    assert reading.wait(5)
+    wrote = threading.Event()
+    free(release)  # the bug: the buffer let go while the sink still reads it
+    d2h = streams.submit(Phase.D2H, wrote.set, [release])
+    exc = d2h.future.exception(timeout=5)
+    assert isinstance(exc, BufferStillHeld) and "sink still holds" in str(exc)
+    assert not wrote.is_set()
+    release_reader.set()
+    # Released by the holder itself, the buffer is handed on as usual.
+    after = pending_marker(Phase.SINK)
+    chain_release(streams.submit(Phase.SINK, lambda: None), after)
+    assert streams.submit(Phase.D2H, wrote.set, [after]).future.exception(timeout=5) is None
+    assert wrote.is_set()
+    streams.close()
+
+
+async def test_the_old_stop_path_fails_loudly_instead_of_writing_wrong_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Put the defect back: the stopping lane frees every release without abandoning the jobs that
+    # wait for them, and those jobs run before the lane closes its streams.
+    waiting: list[Marker] = []
+    real_close = StreamSet.close
+
+    def late_close(self: StreamSet) -> None:
+        sink.first.set()
+        cf.wait([m.future for m in waiting], timeout=5)
+        sink.rest.set()
+        real_close(self)
+
+    monkeypatch.setattr(StreamSet, "abandon", lambda self: None)
+    monkeypatch.setattr(StreamSet, "close", late_close)
+    sink = GatedBatchSink()
+    async with _engine(sink) as eng:
+        waiting.extend(await _both_sinks_held(eng, sink))
+    # Batch 4's d2h waited for batch 0's sink, which had ended: it ran. Batch 5's release was freed
+    # while batch 1's sink still held the buffer: it failed, and named why.
+    failures = [m.future.exception(timeout=5) for m in waiting]
+    held = [e for e in failures if isinstance(e, BufferStillHeld)]
+    assert held and "d2h would use a buffer that sink still holds" in str(held[0])
+    values = dict(_inputs())
+    for keys, at_start, at_end in sink.writes:
+        np.testing.assert_array_equal(at_end, at_start)
+        np.testing.assert_array_equal(at_end, 2 * np.stack([values[k] for k in keys]))
