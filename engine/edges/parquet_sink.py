@@ -8,8 +8,12 @@ The decisions this module protects:
   after that (as for every sink), so a done row is always in a landed part file. A kill between the
   rename and the journal's commit leaves a part file whose rows the journal does not show done: the
   journal is reconciled from the part files (``committed`` answers from the keys of the files present
-  when the run began, read in ``clean_temps``), so those rows are recorded done and not run again.
-  A kill before the rename leaves only a temp file, removed at the next start.
+  when the run began, read in ``clean_temps``), so those rows are recorded done and not run again,
+  but only once the part's rows match the checksums kept in its own metadata (``warpdeck.crc32``:
+  each row's CRC-32, taken from the output's bytes as the write began). A part that does not match,
+  or has none, is removed and its tasks run again: a landed part the journal never recorded is
+  trusted only as far as it can be checked. A kill before the rename leaves only a temp file,
+  removed at the next start.
 - The cost of one file per batch: a batch is the smallest unit that becomes durable, so a run of
   small batches makes many small files (each with its own footer; readers list them all). Compact
   them after the run if that matters; ``row_group_size`` only splits a batch larger than it.
@@ -35,12 +39,39 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from warpdeck.engine.edges.sinks import TMP_SUFFIX
+from warpdeck.engine.edges.sinks import TMP_SUFFIX, checksum
 
-__all__ = ["PART_GLOB", "ParquetSinkImpl", "fixed_size_lists"]
+__all__ = ["CRC_KEY", "PART_GLOB", "ParquetSinkImpl", "fixed_size_lists", "part_matches"]
 
 PART_GLOB = "part-*.parquet"
 _PART = re.compile(r"^part-(\d+)\.parquet$")
+#: The part file's metadata key for its rows' checksums: CRC-32 of each output, 8 hex digits, in row order.
+CRC_KEY = b"warpdeck.crc32"
+
+
+def _row_sums(rows: npt.NDArray[Any]) -> bytes:
+    return b" ".join(b"%08x" % checksum(row) for row in rows)
+
+
+def _rows_of(column: Any) -> npt.NDArray[Any]:
+    """A fixed-size-list column back as one array, a row per output (as ``fixed_size_lists`` made it)."""
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    n, shape = len(arr), []
+    while pa.types.is_fixed_size_list(arr.type):
+        shape.append(arr.type.list_size)
+        arr = arr.flatten()
+    return np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(n, *shape)
+
+
+def part_matches(path: Path) -> bool:
+    """Whether every row of the part file at ``path`` matches the checksum its metadata keeps."""
+    try:
+        table = pq.read_table(path)
+        meta = table.schema.metadata or {}
+        want = meta.get(CRC_KEY)
+        return want is not None and want == _row_sums(_rows_of(table.column("output")))
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return False
 
 
 def fixed_size_lists(rows: npt.NDArray[Any]) -> Any:
@@ -64,24 +95,43 @@ class ParquetSinkImpl:
         self._lock = threading.Lock()
         self._next: int | None = None
         self._landed: frozenset[str] | None = None
+        #: The part file each landed key is in, and what checking each part found.
+        self._part_of: dict[str, Path] = {}
+        self._checked: dict[Path, bool] = {}
+        #: Landed outputs (rows) whose part did not match its checksums, removed with their part.
+        self.rejected = 0
 
     def describe(self, key: str) -> str:
         """Where ``key``'s output lands, in words."""
         return f"written as a row (key {key!r}) of a part-NNNNN.parquet file in {self.dir}"
 
     def _part_keys(self) -> frozenset[str]:
-        keys: set[str] = set()
+        self._part_of = {}
         if self.dir.is_dir():
             for p in sorted(self.dir.glob(PART_GLOB)):
-                keys.update(pq.read_table(p, columns=["key"]).column(0).to_pylist())
-        return frozenset(keys)
+                for k in pq.read_table(p, columns=["key"]).column(0).to_pylist():
+                    self._part_of[k] = p
+        return frozenset(self._part_of)
 
     def committed(self, key: str) -> bool:
-        """Whether a part file holds ``key``'s row: the keys of the part files present when the run
-        began (read once). The rename is atomic, so a part file that exists is whole."""
-        if self._landed is None:
-            self._landed = self._part_keys()
-        return key in self._landed
+        """Whether a part file holds ``key``'s row, matching the checksums in its metadata: the keys
+        of the part files present when the run began (read once). The rename is atomic, so a part
+        file that exists is whole; a part whose rows do not match is removed (its tasks run again)."""
+        with self._lock:
+            if self._landed is None:
+                self._landed = self._part_keys()
+            part = self._part_of.get(key) if key in self._landed else None
+            if part is None:
+                return False
+            ok = self._checked.get(part)
+            if ok is None:
+                ok = self._checked[part] = part_matches(part)
+                if not ok:
+                    gone = [k for k, p in self._part_of.items() if p == part]
+                    self._landed = self._landed.difference(gone)
+                    self.rejected += len(gone)
+                    part.unlink(missing_ok=True)
+            return ok
 
     def clean_temps(self) -> int:
         """Remove temp files a killed run left behind and read the landed part files' keys; returns
@@ -117,7 +167,10 @@ class ParquetSinkImpl:
         nor renamed (``commit`` does both)."""
         if outs.dtype.kind == "c":
             raise ValueError(f"{outs.dtype} outputs have no Parquet type; write them to an npy_dir sink")
-        table = pa.table({"key": pa.array(list(keys), pa.string()), "output": fixed_size_lists(outs[: len(keys)])})
+        rows = outs[: len(keys)]
+        sums = _row_sums(rows)  # of the bytes as the write begins
+        table = pa.table({"key": pa.array(list(keys), pa.string()), "output": fixed_size_lists(rows)},
+                         metadata={CRC_KEY: sums})
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f".part-staged.parquet.{tag}{TMP_SUFFIX}"
         try:
@@ -141,8 +194,11 @@ class ParquetSinkImpl:
                 if not keep:
                     tmp.unlink()
                     return
+                sums = (table.schema.metadata or {}).get(CRC_KEY, b"").split(b" ")
+                kept = table.take(keep).replace_schema_metadata(
+                    {CRC_KEY: b" ".join(sums[j] for j in keep)} if len(sums) == len(keys) else None)
                 with tmp.open("wb") as f:
-                    pq.write_table(table.take(keep), f, row_group_size=self.row_group_size)
+                    pq.write_table(kept, f, row_group_size=self.row_group_size)
             tmp.replace(self.dir / f"part-{self._take_number():05d}.parquet")
         except BaseException:
             tmp.unlink(missing_ok=True)

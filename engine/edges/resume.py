@@ -5,8 +5,9 @@ The decisions this module protects:
   anything is loaded: a done task is never re-read and never re-written. A source that can drop
   keys before it enumerates (``exclude``: the npy directory) does, so it never opens their files.
 - A task the journal does not show done but whose output the sink already holds (the process died
-  between the rename and the journal's commit) is taken as done: the rename is atomic, so that
-  output is whole, and writing it again would be a duplicate.
+  between the rename and the journal's commit) is taken as done only if the sink can check it: the
+  rename is atomic, so that output is whole, and its bytes must match the checksum the sink kept as
+  it wrote them. One that does not match is removed by the sink and its task runs again.
 - A task that was in flight starts a new attempt with its history kept: the attempt the crash cut
   short counts. Failed tasks stay failed, reason and traceback kept, unless the run is asked to
   retry them; cancelled ones run again (a cancel stops one run, it does not judge the input).
@@ -23,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, ResumeState
-from warpdeck.engine.edges.sinks import DurableSink, Sink
+from warpdeck.engine.edges.sinks import DurableSink, Sink, rejected_outputs
 from warpdeck.engine.edges.sources import SAFE_KEY, Source, TaskInput, source_describes, source_produces
 from warpdeck.engine.state.tasks import State, TaskAttempt, TaskTable
 
@@ -52,6 +53,12 @@ class ResumingSource:
         self.requeued_in_flight = 0
         #: Failed tasks retried because the run was asked to (``--retry-failed``).
         self.retried_failed = 0
+
+    @property
+    def outputs_rejected(self) -> int:
+        """Outputs in place that the journal had not marked done and that failed the sink's check:
+        removed, their tasks run again."""
+        return rejected_outputs(self._sink)
 
     @property
     def resumed(self) -> bool:

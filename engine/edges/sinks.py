@@ -14,11 +14,21 @@ A sink on storage other processes see (npy_dir, Parquet, null) may also split a 
 whatever machine computed them, ``commit`` renames them into place where the run is journaled.
 Ray actors stage; the engine commits only what its epoch fence lets through, so an attempt it gave
 up on leaves temp files, never outputs.
+
+A durable sink keeps a checksum of every output it lands (CRC-32 of the output's bytes, taken as the
+sink begins writing them), so a resume trusts an output the journal never recorded done only if its
+bytes still match: the npy sink appends ``key<TAB>crc`` to ``.warpdeck-checksums`` in its directory
+before each rename (a staged write carries the crc in its temp name), and a finished run removes
+that file; the Parquet sink keeps each part's row checksums in the part's own metadata. An output
+that does not match (or has no checksum: written by an older warpdeck) is removed, and its task runs
+again.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import zlib
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
@@ -29,10 +39,19 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, ParquetSink, resolve_target
 from warpdeck.engine.edges.sources import SAFE_KEY
 
-__all__ = ["TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl", "NullSinkImpl", "Sink",
-           "Staged", "StagingSink", "batch_writer", "open_sink", "sink_describes"]
+__all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl",
+           "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "checksum", "open_sink",
+           "rejected_outputs", "settle", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
+#: The npy sink's record of each landed output's checksum, in its directory.
+CHECKSUMS = ".warpdeck-checksums"
+_CRC_DIGITS = 8
+
+
+def checksum(out: npt.NDArray[Any]) -> int:
+    """CRC-32 of an output's bytes in C order (zlib's, which releases the GIL on large buffers)."""
+    return zlib.crc32(np.ascontiguousarray(out).data)
 
 
 class Sink(Protocol):
@@ -69,12 +88,28 @@ class DurableSink(Protocol):
     with it a resumed run writes each output exactly once."""
 
     def committed(self, key: str) -> bool:
-        """Whether ``key``'s output exists whole."""
+        """Whether ``key``'s output exists whole. Asked only of tasks the journal does not show
+        done; a sink that keeps checksums (``rejected``) checks the output against its own and
+        removes one that does not match, answering False."""
         ...
 
     def clean_temps(self) -> int:
         """Remove partial writes left by a killed run; returns how many."""
         ...
+
+
+def rejected_outputs(sink: Sink) -> int:
+    """Outputs a durable sink found in place but could not verify, and removed (0 for a sink that
+    does not check)."""
+    return int(getattr(sink, "rejected", 0))
+
+
+def settle(sink: Sink) -> None:
+    """The run finished and its journal holds every output: a sink may drop what it kept only for
+    checking a resume (``settle``, where it has one)."""
+    done = getattr(sink, "settle", None)
+    if done is not None:
+        done()
 
 
 #: The temp files one attempt staged, as names in the sink's directory.
@@ -96,11 +131,18 @@ class StagingSink(Protocol):
 
 
 class NpyDirSinkImpl:
-    """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``."""
+    """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``; each output's checksum
+    appended to ``<dir>/.warpdeck-checksums`` before its rename."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self._pid = os.getpid()
+        self._lock = threading.Lock()
+        #: Each logged key's checksum, read at the first output a resume has to check.
+        self._sums: dict[str, int] | None = None
+        self._checked: dict[str, bool] = {}
+        #: Outputs found in place that did not match their checksum (or had none), and were removed.
+        self.rejected = 0
 
     def path(self, key: str) -> Path:
         """Where ``key``'s output lands."""
@@ -111,9 +153,36 @@ class NpyDirSinkImpl:
         return f"written to {self.path(key)}"
 
     def committed(self, key: str) -> bool:
-        """Whether ``key``'s output is in place. The rename is atomic, so an output that exists
-        is whole: a resumed run takes it as done instead of writing it twice."""
-        return self.path(key).is_file()
+        """Whether ``key``'s output is in place and its bytes match the checksum logged as it was
+        written. The rename is atomic, so an output that exists is whole; the checksum says it holds
+        what its task computed. One that does not match is removed: its task runs again."""
+        with self._lock:
+            known = self._checked.get(key)
+            if known is not None:
+                return known
+            p = self.path(key)
+            ok = p.is_file()
+            if ok and not self._matches(key, p):
+                p.unlink(missing_ok=True)
+                self.rejected += 1
+                ok = False
+            self._checked[key] = ok
+            return ok
+
+    def _matches(self, key: str, p: Path) -> bool:
+        if self._sums is None:
+            self._sums = _read_sums(self.dir / CHECKSUMS)
+        want = self._sums.get(key)
+        if want is None:
+            return False
+        try:
+            return checksum(np.load(p, allow_pickle=False)) == want
+        except (OSError, ValueError, EOFError):  # truncated or not an array: not what was written
+            return False
+
+    def settle(self) -> None:
+        """Every output is journaled: the checksums are no longer needed."""
+        (self.dir / CHECKSUMS).unlink(missing_ok=True)
 
     def clean_temps(self) -> int:
         """Remove temp files a killed run left behind; returns how many. Call only while no
@@ -131,7 +200,7 @@ class NpyDirSinkImpl:
             raise ValueError(f"task key {key!r} cannot name an output file")
         return self.dir / f".{key}.npy.{tag}{TMP_SUFFIX}"
 
-    def _write_tmp(self, tmp: Path, out: npt.NDArray[Any]) -> None:
+    def _write_tmp(self, tmp: Path, arr: npt.NDArray[Any]) -> None:
         try:
             try:
                 f = tmp.open("wb")
@@ -139,27 +208,41 @@ class NpyDirSinkImpl:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 f = tmp.open("wb")
             with f:
-                np.lib.format.write_array(_PlainWriter(f), np.ascontiguousarray(out), allow_pickle=False)
+                np.lib.format.write_array(_PlainWriter(f), arr, allow_pickle=False)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
 
+    def _log(self, sums: Sequence[tuple[str, int]]) -> None:
+        """Append the checksums of outputs about to be renamed into place (one ``write``)."""
+        data = "".join(f"{key}\t{crc:08x}\n" for key, crc in sums).encode()
+        fd = os.open(self.dir / CHECKSUMS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         tmp = self._tmp(key, str(self._pid))
-        self._write_tmp(tmp, out)
+        arr = np.ascontiguousarray(out)
+        crc = checksum(arr)  # of the bytes as the write begins
+        self._write_tmp(tmp, arr)
         try:
+            self._log([(key, crc)])
             tmp.replace(self.path(key))
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
 
     def stage(self, keys: Sequence[str], outs: npt.NDArray[Any], tag: str) -> Staged:
-        """Each output to ``.<key>.npy.<tag>.tmp``, not renamed (``commit`` does that)."""
+        """Each output to ``.<key>.npy.<tag>-<crc>.tmp``, not renamed (``commit`` does that, and
+        logs the checksum the name carries)."""
         names: list[str] = []
         try:
             for j, key in enumerate(keys):
-                tmp = self._tmp(key, tag)
-                self._write_tmp(tmp, outs[j])
+                arr = np.ascontiguousarray(outs[j])
+                tmp = self._tmp(key, f"{tag}-{checksum(arr):08x}")
+                self._write_tmp(tmp, arr)
                 names.append(tmp.name)
         except BaseException:
             for name in names:
@@ -169,11 +252,31 @@ class NpyDirSinkImpl:
 
     def commit(self, keys: Sequence[str], staged: Staged, drop: Collection[str] = ()) -> None:
         """Rename each staged output to ``<key>.npy`` (atomic), removing those of ``drop``."""
+        kept = [(key, name) for key, name in zip(keys, staged, strict=True) if key not in drop]
         for key, name in zip(keys, staged, strict=True):
             if key in drop:
                 (self.dir / name).unlink(missing_ok=True)
-            else:
-                (self.dir / name).replace(self.path(key))
+        if kept:
+            self._log([(key, int(name.removesuffix(TMP_SUFFIX).rsplit("-", 1)[1], 16)) for key, name in kept])
+        for key, name in kept:
+            (self.dir / name).replace(self.path(key))
+
+
+def _read_sums(path: Path) -> dict[str, int]:
+    """``key<TAB>crc`` lines, the last for a key winning; a line cut short by a crash is skipped."""
+    sums: dict[str, int] = {}
+    try:
+        text = path.read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return sums
+    for line in text.splitlines():
+        key, _, crc = line.partition("\t")
+        if len(crc) == _CRC_DIGITS:
+            try:
+                sums[key] = int(crc, 16)
+            except ValueError:
+                continue
+    return sums
 
 
 class CallableSinkImpl:

@@ -34,7 +34,7 @@ from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.journal import Journal, JournalError, ResumeState, spec_identity
 from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.resume import ResumingSource
-from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink
+from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink, settle
 from warpdeck.engine.edges.sources import BatchKey, Source, TaskInput, open_source
 from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
@@ -243,6 +243,7 @@ class Engine:
                 # The last telemetry (the final snapshot) goes out before the goodbye.
                 await asyncio.to_thread(self.control.stop)
             self.outage.abandon()  # nothing still held may keep the journal from closing
+            settled = self.journal is None  # nothing resumes from a run without a journal
             if self.journal is not None:
                 try:
                     await asyncio.to_thread(self.journal.close)
@@ -250,6 +251,11 @@ class Engine:
                     if self.report is None:
                         raise
                     self.report = self.report.model_copy(update={"journal_error": str(err)})
+                else:
+                    # Every output a finished run landed is journaled done: no resume needs its checksum.
+                    settled = self.report is not None and self.report.status in ("finished", "drained")
+            if settled:
+                await asyncio.to_thread(settle, self.sink)
         finally:
             self.backend.close()
         if failed is not None:

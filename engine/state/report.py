@@ -121,7 +121,11 @@ class ReportResume(_Frozen):
     skipped_done: int
     """Tasks done earlier, skipped: never read or written again."""
     outputs_recovered: int
-    """Of those, tasks whose output was found in place though the journal had not marked them done."""
+    """Of those, tasks whose output was found in place though the journal had not marked them done,
+    and matched the checksum the sink kept as it wrote it."""
+    outputs_rejected: int = 0
+    """Outputs found in place though the journal had not marked them done, that did not match their
+    checksum (or had none): removed, and their tasks run again."""
     requeued_in_flight: int
     """Tasks in flight when the earlier run stopped, started again as a new attempt."""
     retried_failed: int
@@ -223,7 +227,8 @@ class RunReport(_Frozen):
     stopped_by: str = ""
     """Why the engine stopped itself before the end: ``outage`` or ``journal``; or ``source``: the
     source raised part way, so what it had yielded finished and nothing more was admitted; or
-    ``signal``: a SIGTERM or SIGINT came before the engine could report (``not_run``) ("" otherwise)."""
+    ``signal``: a SIGTERM or SIGINT stopped a headless run, while it started (``not_run``) or after
+    ("" otherwise: the run ended by itself, or an operator stopped it from the control room)."""
     source_error: str = ""
     """The source's error where it raised part way (``RuntimeError: bucket gone``); a resume carries on."""
     source_traceback: str = ""
@@ -289,7 +294,8 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
     rs, journal = facts.resume, facts.journal
     resume = None if rs is None or journal is None else ReportResume(
         resumed=rs.resumed, journal=str(journal.path), skipped_done=rs.skipped_done,
-        outputs_recovered=rs.outputs_recovered, requeued_in_flight=rs.requeued_in_flight,
+        outputs_recovered=rs.outputs_recovered, outputs_rejected=rs.outputs_rejected,
+        requeued_in_flight=rs.requeued_in_flight,
         retried_failed=rs.retried_failed, temps_cleaned=facts.temps_cleaned)
     outage = facts.outage
     view = outage.view()

@@ -15,7 +15,7 @@ from wd_stages import POISON, RecordingSink, SleepySource
 from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch
 from warpdeck.engine.edges.journal import _TUNING, JOURNAL_NAME, Journal, RunDirBusy, _identity, spec_identity
 from warpdeck.engine.edges.resume import IN_FLIGHT_REASON
-from warpdeck.engine.edges.sinks import TMP_SUFFIX
+from warpdeck.engine.edges.sinks import CHECKSUMS, TMP_SUFFIX, NpyDirSinkImpl
 from warpdeck.engine.state.tasks import State
 
 N = 48
@@ -67,12 +67,26 @@ async def test_running_the_same_spec_again_skips_every_done_task_without_reading
     assert report.resume is not None and report.resume.resumed and report.exit_code == 0
 
 
-async def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_place_are_kept(
-        tmp_path: Path) -> None:
-    s = _npy_spec(tmp_path)
-    await _run(s, tmp_path)
+async def _killed_run(s, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run whose journal and outputs then look as a kill leaves them (see each caller): the outputs
+    directory keeps its checksums, as a run that never finished does."""
+    with monkeypatch.context() as m:
+        m.setattr(NpyDirSinkImpl, "settle", lambda self: None)
+        await _run(s, tmp_path)
     out = tmp_path / "outputs"
-    before = {p.name: p.stat().st_ino for p in out.iterdir()}
+    assert (out / CHECKSUMS).is_file()
+    return out
+
+
+def _outputs(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in out.glob("*.npy")}
+
+
+async def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already_in_place_are_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _npy_spec(tmp_path)
+    out = await _killed_run(s, tmp_path, monkeypatch)
+    before = _outputs(out)
     # What a kill leaves: tasks journaled running, some with their output renamed into place
     # (killed after the rename, before the done commit), some without (killed mid-batch).
     lost, renamed = ["syn-00000003", "syn-00000004"], ["syn-00000005"]
@@ -88,13 +102,38 @@ async def test_in_flight_tasks_are_requeued_as_a_new_attempt_and_outputs_already
     d = eng.task_detail("syn-00000003")
     assert d is not None and d.state == "done" and d.attempt == 2
     assert [(h.outcome, h.reason) for h in d.history] == [("requeued", IN_FLIGHT_REASON)]
-    after = {p.name: p.stat().st_ino for p in out.iterdir()}
+    after = _outputs(out)
     assert after.keys() == before.keys()
     assert after["syn-00000005.npy"] == before["syn-00000005.npy"]  # never written again
+    assert not (out / CHECKSUMS).exists()  # the run finished: every output is journaled
     assert _states(tmp_path)["syn-00000003"] == (int(State.DONE), 2)
     with _db(tmp_path) as c:
         hist = c.execute("SELECT attempt, outcome FROM history WHERE key='syn-00000003'").fetchall()
     assert hist == [(1, "requeued")]
+
+
+async def test_an_output_in_place_that_fails_its_checksum_is_removed_and_its_task_runs_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _npy_spec(tmp_path)
+    out = await _killed_run(s, tmp_path, monkeypatch)
+    good = {p.name: np.load(p) for p in out.glob("*.npy")}
+    # Three outputs landed without a done row: one whole, one holding another task's values (what a
+    # buffer reused under a sink thread wrote), one with no checksum (landed by an older warpdeck).
+    whole, swapped, unlogged = "syn-00000005", "syn-00000006", "syn-00000007"
+    with _db(tmp_path) as c:
+        c.executemany("UPDATE tasks SET state=1, attempts=1 WHERE key=?", [(k,) for k in (whole, swapped, unlogged)])
+    np.save(out / f"{swapped}.npy", good["syn-00000010.npy"])
+    log = (out / CHECKSUMS).read_text().splitlines()
+    (out / CHECKSUMS).write_text("".join(f"{line}\n" for line in log if not line.startswith(unlogged)))
+    inode = (out / f"{whole}.npy").stat().st_ino
+    report, _ = await _run(s, tmp_path)
+    assert report.exit_code == 0 and report.resume is not None
+    assert (report.resume.outputs_recovered, report.resume.outputs_rejected) == (1, 2)
+    assert (report.counts.done, report.counts.skipped_done) == (2, N - 2)
+    assert (out / f"{whole}.npy").stat().st_ino == inode  # verified, never written again
+    for name, value in good.items():  # the rejected ones were written again, with their own values
+        np.testing.assert_array_equal(np.load(out / name), value)
+    assert _states(tmp_path)[swapped] == (int(State.DONE), 2)
 
 
 async def test_a_run_directory_made_by_another_spec_is_refused_naming_both(tmp_path: Path) -> None:

@@ -228,6 +228,36 @@ async def test_a_resume_takes_rows_of_landed_part_files_as_done_and_writes_none_
         assert c.execute("SELECT COUNT(*) FROM tasks WHERE state != 2").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize(("dtype", "shape"), [("float32", (3,)), ("float16", (2, 2)), ("int8", (3,)),
+                                             ("uint16", (2,)), ("float64", ())])
+def test_a_landed_part_is_taken_only_while_its_rows_match_their_checksums(tmp_path: Path, dtype: str,
+                                                                         shape: tuple[int, ...]) -> None:
+    values = _values(6, shape, dtype)
+    if dtype.startswith("float"):
+        values[0] = np.nan  # a NaN's bits survive the round trip as any value's do
+    sink = ParquetSinkImpl(tmp_path, 4)
+    sink.write_batch(["a", "b", "c"], values[:3])
+    sink.write_batch(["d", "e", "f"], values[3:])
+    # Part 1 holds another batch's rows under its keys: what a buffer reused under a sink wrote.
+    part = tmp_path / "part-00001.parquet"
+    table = pq.read_table(part)
+    forged = table.set_column(1, "output", pq.read_table(tmp_path / "part-00000.parquet").column("output"))
+    pq.write_table(forged, part)
+    resumed = ParquetSinkImpl(tmp_path, 4)
+    resumed.clean_temps()
+    assert [resumed.committed(k) for k in "abcdef"] == [True] * 3 + [False] * 3
+    assert resumed.rejected == 3 and not part.exists()
+
+
+def test_a_part_without_checksums_is_not_trusted(tmp_path: Path) -> None:
+    # A part landed by a warpdeck that kept no checksums: its rows cannot be checked, so they run again.
+    pq.write_table(pa.table({"key": ["a"], "output": pa.array([[1.0, 2.0]], pa.list_(pa.float32(), 2))}),
+                   tmp_path / "part-00000.parquet")
+    sink = ParquetSinkImpl(tmp_path, 4)
+    sink.clean_temps()
+    assert not sink.committed("a") and sink.rejected == 1
+
+
 def test_part_numbers_continue_after_the_highest_landed(tmp_path: Path) -> None:
     ParquetSinkImpl(tmp_path, 4).write_batch(["a", "b"], np.zeros((2, 3), np.float32))
     later = ParquetSinkImpl(tmp_path, 4)

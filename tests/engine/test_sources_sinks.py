@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NpyDirSource, NullSink, SyntheticSource
-from warpdeck.engine.edges.sinks import TMP_SUFFIX, CallableSinkImpl, NpyDirSinkImpl, NullSinkImpl, open_sink
+from warpdeck.engine.edges.sinks import (
+    CHECKSUMS,
+    TMP_SUFFIX,
+    CallableSinkImpl,
+    NpyDirSinkImpl,
+    NullSinkImpl,
+    checksum,
+    open_sink,
+)
 from warpdeck.engine.edges.sources import (
     BatchKey,
     InputError,
@@ -245,7 +253,8 @@ def test_sink_writes_key_npy_with_exact_content_and_no_temp_file(tmp_path: Path)
     got = np.load(tmp_path / "out" / "task-1.npy")
     assert got.dtype == np.int16
     np.testing.assert_array_equal(got, arr)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["task-1.npy"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [CHECKSUMS, "task-1.npy"]
+    assert (tmp_path / "out" / CHECKSUMS).read_text() == f"task-1\t{checksum(arr):08x}\n"  # logged before the rename
     assert leftovers(tmp_path / "out") == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from warpdeck.engine.edges.sinks import NpyDirSinkImpl, NullSinkImpl, StagingSink
+from warpdeck.engine.edges.sinks import CHECKSUMS, NpyDirSinkImpl, NullSinkImpl, StagingSink, checksum
 
 
 def test_npy_stage_lands_nothing_until_commit(tmp_path: Path) -> None:
@@ -17,11 +17,17 @@ def test_npy_stage_lands_nothing_until_commit(tmp_path: Path) -> None:
     outs = np.arange(12, dtype=np.float32).reshape(3, 4)
     staged = sink.stage(["a", "b", "c"], outs, "ray-1-e7-b3")
     assert isinstance(sink, StagingSink)
-    assert sorted(staged) == [".a.npy.ray-1-e7-b3.tmp", ".b.npy.ray-1-e7-b3.tmp", ".c.npy.ray-1-e7-b3.tmp"]
+    # Each temp name carries its output's checksum, for the process that commits it to log.
+    assert list(staged) == [f".{k}.npy.ray-1-e7-b3-{checksum(outs[j]):08x}.tmp" for j, k in enumerate("abc")]
     assert not any(sink.committed(k) for k in "abc")
     sink.commit(["a", "b", "c"], staged, drop={"b"})
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.npy", "c.npy"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [CHECKSUMS, "a.npy", "c.npy"]
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "c.npy"), outs[2])
+    assert (tmp_path / "out" / CHECKSUMS).read_text() == "".join(
+        f"{k}\t{checksum(outs[j]):08x}\n" for j, k in ((0, "a"), (2, "c")))
+    resumed = NpyDirSinkImpl(tmp_path / "out")  # a resume checks what it finds against the log
+    assert resumed.committed("a") and resumed.committed("c") and not resumed.committed("b")
+    assert resumed.rejected == 0
 
 
 def test_npy_stage_that_fails_leaves_nothing(tmp_path: Path) -> None:
@@ -54,6 +60,9 @@ def test_parquet_stage_is_one_temp_part_numbered_at_commit(tmp_path: Path) -> No
     assert [p.name for p in parts] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert pq.read_table(parts[1]).column("key").to_pylist() == ["c"]
     assert pq.read_table(parts[2]).column("output").to_pylist() == [[0.0, 1.0], [2.0, 3.0]]
+    resumed = ParquetSinkImpl(tmp_path / "out")  # the checksums of a part less its dropped rows still hold
+    resumed.clean_temps()
+    assert all(resumed.committed(k) for k in "xabc") and resumed.rejected == 0
     sink.commit(["e"], sink.stage(["e"], np.ones((1, 2)), "t"), drop={"e"})  # all dropped: no part
     assert len(list((tmp_path / "out").iterdir())) == 3
 
