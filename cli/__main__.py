@@ -1,6 +1,6 @@
 """python -m warpdeck.cli"""
 import sys
 
-from warpdeck.cli.main import main
+from warpdeck.cli.entry import main
 
 sys.exit(main())

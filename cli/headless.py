@@ -152,9 +152,11 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
             finally:
                 quiet()
                 gc.unfreeze()
-        # Leaving the engine stopped it if a signal came first; its report says so ("stopped").
+        # Leaving the engine stopped it if a signal came first; its report says so ("stopped"), and why.
         report = engine.report
         assert report is not None, "the engine writes its report as it closes"
+        if stopping.is_set() and report.status == "stopped" and not report.stopped_by:
+            report = report.model_copy(update={"stopped_by": "signal"})
     await asyncio.sleep(0)
     console.print(summary_table(report))
     return report

@@ -142,10 +142,19 @@ def _demo_spec(count: int, outputs: bool) -> PipelineSpec:
     }, "<demo>")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``warpdeck`` command."""
+def main(argv: list[str] | None = None, early: list[int] | None = None) -> int:
+    """The ``warpdeck`` command (its entry point is ``entry.main``). ``early``: the stop signals
+    that came while the command imported (None: called in-process, signals stay as they are)."""
     args = _parser().parse_args(argv)
     err = Console(stderr=True)
+    if early is not None:
+        # SIGINT acts as Python's default again; a run's SIGTERM stays held until
+        # ``_sigterm_interrupts`` takes it over, so no moment is left to the default.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if args.command not in ("run", "demo"):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if early:
+                signal.raise_signal(early[0])  # as it would have acted, had it not been held
     if args.command in ("attach", "replay"):
         return _remote(args, err)
     if args.command == "advise":
@@ -155,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     name = Path(args.spec).stem if args.command == "run" else "demo-spectrogram"
     try:
         with _sigterm_interrupts():
+            if early:
+                raise KeyboardInterrupt  # stopped while it imported: a report, as for any stop
             return _run_command(args, err, name)
     except KeyboardInterrupt:  # a signal while the run started, or a second one while it stopped
         err.print("interrupted before the run could report")

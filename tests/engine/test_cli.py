@@ -317,6 +317,44 @@ def test_a_file_in_the_journals_place_is_refused_with_a_report_not_a_traceback(t
     assert "not a warpdeck journal" in str(report["refused"]) and "Traceback" not in r.stderr
 
 
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(mask >> (sig - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_warpdeck_itself_imports_exits_4_with_a_report(tmp_path: Path,
+                                                                        sig: signal.Signals) -> None:
+    # The command's first line (cli/entry.py) holds the signal; NumPy, pydantic and the engine take a
+    # few hundred milliseconds more to import. Before, SIGTERM there ended the process by the signal.
+    spec = _write(tmp_path, SLOW.format(count=3000))
+    log = tmp_path / "stderr"
+    cmd = [sys.executable, "-X", "importtime", *COMMAND[1:], "run", str(spec), "--headless", "--json", "r.json",
+           "--run-dir", "rd"]
+    with log.open("w") as err_f, subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(120), text=True,
+                                                 stdout=subprocess.DEVNULL, stderr=err_f) as proc:
+        try:
+            # Python catches SIGINT from its start; warpdeck's hold on SIGTERM comes right after SIGINT's.
+            _until(lambda: _catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, 60, "the handler")
+            imported = log.read_text()  # -X importtime: a line as each import ends
+            proc.send_signal(sig)
+            proc.wait(timeout=60)
+        finally:
+            _end(proc)
+    assert "warpdeck.cli.entry" in imported and "warpdeck.cli.main" not in imported  # held from the first line
+    err = log.read_text()
+    assert proc.returncode == 4, err
+    assert "interrupted before the run could report" in err and "Traceback" not in err
+    report = _report(tmp_path)
+    assert (report["status"], report["stopped_by"], report["counts"]["total"]) == ("stopped", "signal", 0)
+
+
 def test_a_sigterm_while_the_run_starts_exits_4_with_a_report(tmp_path: Path) -> None:
     # Before the run's own handlers (imports done, the spec loaded, the engine starting), Python's
     # default SIGTERM ended the process without a word or a report.
