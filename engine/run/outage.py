@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -46,6 +47,11 @@ BACKOFF_MAX_S = 2.0
 T = TypeVar("T")
 
 
+#: NumPy's words for a short write to a real file (``np.save(path, a)``, ``a.tofile(f)``): an OSError
+#: with no errno. Only the disk makes a write short (full, over quota, failing).
+_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+
+
 def environment_cause(exc: BaseException) -> str | None:
     """Why ``exc`` is an environment error, in words (``no space left on device``), or None for
     any other error. Looks through the chain of causes (a sink may wrap the OSError)."""
@@ -55,6 +61,8 @@ def environment_cause(exc: BaseException) -> str | None:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS:
             return os.strerror(e.errno).lower()
+        if isinstance(e, OSError) and e.errno is None and (short := _SHORT_WRITE.match(str(e))):
+            return f"short write: the disk took {short[2]} of {short[1]} items (full?)"
         if isinstance(e, sqlite3.Error):
             code = getattr(e, "sqlite_errorcode", None)
             if isinstance(code, int) and (code & 0xFF) in _SQLITE_CAUSES:

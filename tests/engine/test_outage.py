@@ -232,6 +232,16 @@ async def test_an_output_directory_that_cannot_be_made_is_an_outage(tmpfs: Mount
     assert report.outages is not None and report.outages.last == f"sink: read-only file system ({mnt}{os.sep})"
 
 
+def test_numpys_short_write_to_a_full_disk_is_an_environment_error(tmpfs: Mount) -> None:
+    # np.save to a path writes through tofile, whose OSError on a full disk carries no errno: a user's
+    # callable sink saving that way holds the run as an npy sink does, not fail its task.
+    mnt = tmpfs("64k")
+    with pytest.raises(OSError) as info:
+        np.save(mnt / "big.npy", np.zeros(64 * 1024, np.float32))
+    assert info.value.errno is None
+    assert (environment_cause(info.value) or "").startswith("short write: the disk took ")
+
+
 # -- without a tmpfs -------------------------------------------------------------------------------
 @pytest.mark.parametrize(("err", "cause"), [
     (OSError(errno.ENOSPC, "x"), "no space left on device"),
@@ -239,6 +249,8 @@ async def test_an_output_directory_that_cannot_be_made_is_an_outage(tmpfs: Mount
     (OSError(errno.EDQUOT, "x"), "disk quota exceeded"),
     (OSError(errno.EIO, "x"), "input/output error"),
     (PermissionError(errno.EACCES, "x"), "permission denied"),
+    (OSError("16384 requested and 10208 written"), "short write: the disk took 10208 of 16384 items (full?)"),
+    (OSError("16384 requested"), None),
     (OSError(errno.EISDIR, "x"), None),
     (FileNotFoundError(errno.ENOENT, "x"), None),
     (ValueError("bad"), None),
