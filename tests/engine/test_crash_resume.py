@@ -3,8 +3,8 @@
 Run twice: with one loading and one writing thread per lane, and with three of each (issue 16:
 parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones).
 And on a Parquet sink (issue 18): one part file per batch, so at the end every key is a row of
-exactly one part file, each part file renamed into place once, with the reference's values; that
-once with SIGKILLs and once with SIGTERMs and three sink threads (issue 28).
+exactly one part file, each part file renamed into place once, with the reference's values (stops
+by SIGTERM and SIGINT, on every sink: test_stop_resume.py).
 
 A real ``warpdeck run --headless`` subprocess on a real npy sink and journal; each kill is a
 SIGKILL, at a moment chosen by output count (mid-run) or by time since launch (often during
@@ -161,15 +161,10 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts renames with Linux inotify")
-@pytest.mark.parametrize(("sig", "threads"), [(signal.SIGKILL, "one thread"), (signal.SIGTERM, "parallel")],
-                         ids=["SIGKILL", "SIGTERM-3-sink-threads"])
+@pytest.mark.parametrize(("sig", "threads"), [(signal.SIGKILL, "one thread")], ids=["SIGKILL"])
 def test_twenty_stops_then_resume_leave_every_key_in_exactly_one_parquet_row_with_its_values(
         tmp_path: Path, sig: signal.Signals, threads: str) -> None:
-    # SIGTERM with several sink threads (issue 28): a stopping lane let a later batch's d2h copy into
-    # the pinned output a sink thread was still writing into a part, and the resume kept that part.
-    # Here the parts are small and quick, so the window is narrow: this run missed the old defect
-    # (tests/engine/test_stop_keeps_buffers.py catches it every time); it guards the whole promise,
-    # every value, through a real SIGTERM and resume.
+    # SIGTERM and SIGINT, on every sink, with three sink threads: tests/engine/test_stop_resume.py.
     pq = pytest.importorskip("pyarrow.parquet")
     from warpdeck.engine.edges.sources import synthetic_values
 

@@ -39,6 +39,27 @@ def _row_sum_spec(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[i
 row_sum.out_spec = _row_sum_spec  # type: ignore[attr-defined]
 
 
+#: How many times ``spread`` repeats each input row.
+SPREAD = 256
+
+
+def spread(xp: Any, inp: Any, out: Any) -> None:
+    """out[i] = 2 * inp[i] + r for r in 0..SPREAD-1, one after another: small inputs, large outputs
+    (that do not compress), so the sink is the slowest phase and every d2h waits for a sink to free
+    its buffer (the stop test)."""
+    n = inp.shape[0]
+    o = out.reshape(n, SPREAD, -1)
+    xp.multiply(inp.reshape(n, 1, -1), 2, out=o)
+    xp.add(o, xp.arange(SPREAD, dtype=out.dtype).reshape(1, SPREAD, 1), out=o)
+
+
+def _spread_spec(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], str]:
+    return (SPREAD * int(np.prod(shape)),), str(dtype)
+
+
+spread.out_spec = _spread_spec  # type: ignore[attr-defined]
+
+
 def poison(xp: Any, inp: Any, out: Any) -> None:
     """Raises when any input element equals POISON, else copies."""
     if bool((inp == POISON).any()):
