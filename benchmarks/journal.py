@@ -7,7 +7,10 @@ steady batches/s (on) / batches/s (off); the target (DESIGN.md section 6, issue 
 i.e. the journal costs at most 5 % of throughput.
 
 Beside it: the journal's own write rate, measured in isolation (rows per second through the
-writer thread, admitted + started + done, as a run writes them), so the margin is visible.
+writer thread, admitted + started + done, as a run writes them), so the margin is visible; and what
+the npy sink's checksums cost (issue 28: a resume checks an output the journal never recorded
+against them): its ``write`` against the same temp-file-and-rename write without the CRC and its
+log line, per output, alternating, median of pairs.
 
     python benchmarks/journal.py [--quick] [--pairs N] [--json PATH]
 """
@@ -28,6 +31,7 @@ from _common import print_table, verdict, write_json
 from overlap import COMPUTE_S, load_schedule, run_warpdeck
 
 from warpdeck.engine.edges.journal import Journal, SpecIdentity
+from warpdeck.engine.edges.sinks import TMP_SUFFIX, NpyDirSinkImpl
 from warpdeck.engine.state.tasks import TaskTable
 
 TARGET = 0.95
@@ -53,6 +57,41 @@ def writer_rate(n: int, batch: int = 32) -> float:
     return n / dt
 
 
+class _Writes:
+    """Only ``write``, as the sink hands numpy (its chunked path, errors with their errno)."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, f: Any) -> None:
+        self.write = f.write
+
+
+def _plain_write(sink: NpyDirSinkImpl, key: str, out: np.ndarray) -> None:
+    """The npy sink's write before issue 28: temp file, rename; no checksum, no log."""
+    tmp = sink.dir / f".{key}.npy.plain{TMP_SUFFIX}"
+    with tmp.open("wb") as f:
+        np.lib.format.write_array(_Writes(f), np.ascontiguousarray(out), allow_pickle=False)
+    tmp.replace(sink.path(key))
+
+
+def checksum_cost(out_bytes: int, n: int, pairs: int) -> float:
+    """Median over pairs of (npy sink write) / (plain write), seconds per output, ``n`` outputs."""
+    out = np.random.default_rng(1).random((n, out_bytes // 8))
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="wd-bench-sums-") as d:
+        for p in range(pairs):
+            times = []
+            for checked in (False, True):
+                sink = NpyDirSinkImpl(Path(d) / f"{p}-{checked}")
+                sink.dir.mkdir()
+                t0 = time.perf_counter()
+                for j in range(n):
+                    (sink.write if checked else lambda k, o, s=sink: _plain_write(s, k, o))(f"k{j:05d}", out[j])
+                times.append(time.perf_counter() - t0)
+            ratios.append(times[1] / times[0])
+    return statistics.median(ratios)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="60 batches per run and 2 pairs instead of 200 and 3")
@@ -71,18 +110,23 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [a / b for a, b in zip(on, off, strict=True)]
     ratio = statistics.median(ratios)
     rate = writer_rate(200_000 if not args.quick else 50_000)
+    sums = {size: checksum_cost(size, max(4, (64 << 20) // size // (4 if args.quick else 1)), 5)
+            for size in (64 << 10, 4 << 20)}
     rows: list[list[Any]] = [
         ["journal off: steady batches/s", f"{statistics.median(off):.1f}", "", verdict(None)],
         ["journal on: steady batches/s", f"{statistics.median(on):.1f}", "", verdict(None)],
         ["on / off (median of pairs)", f"{ratio:.3f}", f">= {TARGET:.2f}", verdict(ratio >= TARGET)],
         ["on / off per pair", " ".join(f"{r:.3f}" for r in ratios), "", verdict(None)],
         ["journal writer alone: tasks/s (3 records each)", f"{rate:,.0f}", "", verdict(None)],
+        *([f"npy sink write with checksums / without, {size >> 10} KiB outputs", f"{r:.2f}", "", verdict(None)]
+          for size, r in sums.items()),
     ]
     print_table(f"journal cost on overlap.py's balanced profile: {n} batches x 32 tasks, {pairs} pairs",
                 ["figure", "measured", "target", "result"], rows, right=[False, True, True, False])
     write_json(args.json, "journal", {"batches": n, "pairs": pairs, "on_batches_s": on, "off_batches_s": off,
                                       "ratios": ratios, "ratio": ratio, "target": TARGET,
-                                      "writer_tasks_s": rate})
+                                      "writer_tasks_s": rate,
+                                      "checksum_cost": {str(size): r for size, r in sums.items()}})
     return 0
 
 

@@ -10,9 +10,9 @@ The decisions this module protects:
   journal is reconciled from the part files (``committed`` answers from the keys of the files present
   when the run began, read in ``clean_temps``), so those rows are recorded done and not run again,
   but only once the part's rows match the checksums kept in its own metadata (``warpdeck.crc32``:
-  each row's CRC-32, taken from the output's bytes as the write began). A part that does not match,
-  or has none, is removed and its tasks run again: a landed part the journal never recorded is
-  trusted only as far as it can be checked. A kill before the rename leaves only a temp file,
+  each row's CRC-32, of the output's bytes before the part is encoded). A part that does not
+  match, or has none, is removed and its tasks run again: a landed part the journal never recorded
+  is trusted only as far as it can be checked. A kill before the rename leaves only a temp file,
   removed at the next start.
 - The cost of one file per batch: a batch is the smallest unit that becomes durable, so a run of
   small batches makes many small files (each with its own footer; readers list them all). Compact
@@ -30,6 +30,7 @@ import itertools
 import os
 import re
 import threading
+import zlib
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from warpdeck.engine.edges.sinks import TMP_SUFFIX, checksum
+from warpdeck.engine.edges.sinks import TMP_SUFFIX
 
 __all__ = ["CRC_KEY", "PART_GLOB", "ParquetSinkImpl", "fixed_size_lists", "part_matches"]
 
@@ -50,7 +51,8 @@ CRC_KEY = b"warpdeck.crc32"
 
 
 def _row_sums(rows: npt.NDArray[Any]) -> bytes:
-    return b" ".join(b"%08x" % checksum(row) for row in rows)
+    """Each row's CRC-32 (of its values' bytes in C order), 8 hex digits, space-separated."""
+    return b" ".join(b"%08x" % zlib.crc32(np.ascontiguousarray(row).data) for row in rows)
 
 
 def _rows_of(column: Any) -> npt.NDArray[Any]:
@@ -168,7 +170,7 @@ class ParquetSinkImpl:
         if outs.dtype.kind == "c":
             raise ValueError(f"{outs.dtype} outputs have no Parquet type; write them to an npy_dir sink")
         rows = outs[: len(keys)]
-        sums = _row_sums(rows)  # of the bytes as the write begins
+        sums = _row_sums(rows)
         table = pa.table({"key": pa.array(list(keys), pa.string()), "output": fixed_size_lists(rows)},
                          metadata={CRC_KEY: sums})
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ The decisions this module protects:
   keys before it enumerates (``exclude``: the npy directory) does, so it never opens their files.
 - A task the journal does not show done but whose output the sink already holds (the process died
   between the rename and the journal's commit) is taken as done only if the sink can check it: the
-  rename is atomic, so that output is whole, and its bytes must match the checksum the sink kept as
-  it wrote them. One that does not match is removed by the sink and its task runs again.
+  rename is atomic, so that output is whole, and it must match the checksum the sink kept as
+  it wrote it. One that does not match is removed by the sink and its task runs again.
 - A task that was in flight starts a new attempt with its history kept: the attempt the crash cut
   short counts. Failed tasks stay failed, reason and traceback kept, unless the run is asked to
   retry them; cancelled ones run again (a cancel stops one run, it does not judge the input).

@@ -15,11 +15,11 @@ whatever machine computed them, ``commit`` renames them into place where the run
 Ray actors stage; the engine commits only what its epoch fence lets through, so an attempt it gave
 up on leaves temp files, never outputs.
 
-A durable sink keeps a checksum of every output it lands (CRC-32 of the output's bytes, taken as the
-sink begins writing them), so a resume trusts an output the journal never recorded done only if its
-bytes still match: the npy sink appends ``key<TAB>crc`` to ``.warpdeck-checksums`` in its directory
-before each rename (a staged write carries the crc in its temp name), and a finished run removes
-that file; the Parquet sink keeps each part's row checksums in the part's own metadata. An output
+A durable sink keeps a checksum of every output it lands (CRC-32), so a resume trusts an output the
+journal never recorded done only if it still matches: the npy sink takes the CRC of each file's
+bytes as it writes them and appends ``key<TAB>crc`` to ``.warpdeck-checksums`` in its directory
+before the rename (a staged write carries the crc in its temp name), and a finished run removes
+that file; the Parquet sink keeps each row's CRC (of its values' bytes) in the part's metadata. An output
 that does not match (or has no checksum: written by an older warpdeck) is removed, and its task runs
 again.
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -40,18 +41,13 @@ from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, Par
 from warpdeck.engine.edges.sources import SAFE_KEY
 
 __all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl",
-           "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "checksum", "open_sink",
+           "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
            "rejected_outputs", "settle", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
 #: The npy sink's record of each landed output's checksum, in its directory.
 CHECKSUMS = ".warpdeck-checksums"
 _CRC_DIGITS = 8
-
-
-def checksum(out: npt.NDArray[Any]) -> int:
-    """CRC-32 of an output's bytes in C order (zlib's, which releases the GIL on large buffers)."""
-    return zlib.crc32(np.ascontiguousarray(out).data)
 
 
 class Sink(Protocol):
@@ -74,12 +70,18 @@ def batch_writer(sink: Sink) -> BatchWriter | None:
 class _PlainWriter:
     """Only ``write``: numpy then writes through Python's file object, whose OSError carries the
     errno (ENOSPC, EDQUOT...). Handed a real file, numpy takes its ``tofile`` path, which on a full
-    disk raises a bare "2048 requested and 496 written" with no errno and no reason a user can act on."""
+    disk raises a bare "2048 requested and 496 written" with no errno and no reason a user can act on.
+    Keeps the CRC-32 of every byte written (``crc``), while each chunk is still in cache."""
 
-    __slots__ = ("write",)
+    __slots__ = ("_write", "crc")
 
     def __init__(self, f: BinaryIO) -> None:
-        self.write = f.write
+        self._write = f.write
+        self.crc = 0
+
+    def write(self, data: bytes) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        return self._write(data)
 
 
 @runtime_checkable
@@ -131,7 +133,7 @@ class StagingSink(Protocol):
 
 
 class NpyDirSinkImpl:
-    """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``; each output's checksum
+    """``<dir>/<key>.npy`` through ``.<key>.npy.<pid>.tmp`` and ``os.replace``; each file's checksum
     appended to ``<dir>/.warpdeck-checksums`` before its rename."""
 
     def __init__(self, directory: Path) -> None:
@@ -143,6 +145,7 @@ class NpyDirSinkImpl:
         self._checked: dict[str, bool] = {}
         #: Outputs found in place that did not match their checksum (or had none), and were removed.
         self.rejected = 0
+        self._sums_log = _AppendLog(directory / CHECKSUMS)
 
     def path(self, key: str) -> Path:
         """Where ``key``'s output lands."""
@@ -153,9 +156,9 @@ class NpyDirSinkImpl:
         return f"written to {self.path(key)}"
 
     def committed(self, key: str) -> bool:
-        """Whether ``key``'s output is in place and its bytes match the checksum logged as it was
-        written. The rename is atomic, so an output that exists is whole; the checksum says it holds
-        what its task computed. One that does not match is removed: its task runs again."""
+        """Whether ``key``'s output is in place and its file's bytes match the checksum taken as
+        they were written. The rename is atomic, so an output that exists is whole; the checksum
+        says no byte changed since. One that does not match is removed: its task runs again."""
         with self._lock:
             known = self._checked.get(key)
             if known is not None:
@@ -176,12 +179,13 @@ class NpyDirSinkImpl:
         if want is None:
             return False
         try:
-            return checksum(np.load(p, allow_pickle=False)) == want
-        except (OSError, ValueError, EOFError):  # truncated or not an array: not what was written
+            return zlib.crc32(p.read_bytes()) == want
+        except OSError:
             return False
 
     def settle(self) -> None:
         """Every output is journaled: the checksums are no longer needed."""
+        self._sums_log.close()
         (self.dir / CHECKSUMS).unlink(missing_ok=True)
 
     def clean_temps(self) -> int:
@@ -200,7 +204,8 @@ class NpyDirSinkImpl:
             raise ValueError(f"task key {key!r} cannot name an output file")
         return self.dir / f".{key}.npy.{tag}{TMP_SUFFIX}"
 
-    def _write_tmp(self, tmp: Path, arr: npt.NDArray[Any]) -> None:
+    def _write_tmp(self, tmp: Path, out: npt.NDArray[Any]) -> int:
+        """Write ``out`` to ``tmp``; the CRC-32 of the file's bytes."""
         try:
             try:
                 f = tmp.open("wb")
@@ -208,25 +213,20 @@ class NpyDirSinkImpl:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 f = tmp.open("wb")
             with f:
-                np.lib.format.write_array(_PlainWriter(f), arr, allow_pickle=False)
+                writer = _PlainWriter(f)
+                np.lib.format.write_array(writer, np.ascontiguousarray(out), allow_pickle=False)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        return writer.crc
 
     def _log(self, sums: Sequence[tuple[str, int]]) -> None:
         """Append the checksums of outputs about to be renamed into place (one ``write``)."""
-        data = "".join(f"{key}\t{crc:08x}\n" for key, crc in sums).encode()
-        fd = os.open(self.dir / CHECKSUMS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        self._sums_log.append("".join(f"{key}\t{crc:08x}\n" for key, crc in sums).encode())
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         tmp = self._tmp(key, str(self._pid))
-        arr = np.ascontiguousarray(out)
-        crc = checksum(arr)  # of the bytes as the write begins
-        self._write_tmp(tmp, arr)
+        crc = self._write_tmp(tmp, out)
         try:
             self._log([(key, crc)])
             tmp.replace(self.path(key))
@@ -240,10 +240,11 @@ class NpyDirSinkImpl:
         names: list[str] = []
         try:
             for j, key in enumerate(keys):
-                arr = np.ascontiguousarray(outs[j])
-                tmp = self._tmp(key, f"{tag}-{checksum(arr):08x}")
-                self._write_tmp(tmp, arr)
-                names.append(tmp.name)
+                tmp = self._tmp(key, tag)
+                crc = self._write_tmp(tmp, outs[j])
+                named = tmp.with_name(f"{tmp.name.removesuffix(TMP_SUFFIX)}-{crc:08x}{TMP_SUFFIX}")
+                tmp.replace(named)
+                names.append(named.name)
         except BaseException:
             for name in names:
                 (self.dir / name).unlink(missing_ok=True)
@@ -260,6 +261,32 @@ class NpyDirSinkImpl:
             self._log([(key, int(name.removesuffix(TMP_SUFFIX).rsplit("-", 1)[1], 16)) for key, name in kept])
         for key, name in kept:
             (self.dir / name).replace(self.path(key))
+
+
+class _AppendLog:
+    """A file that lines are appended to, each batch of them by one ``write`` (O_APPEND), from any
+    thread; opened at the first append and kept open (closed by ``close`` or when collected)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd: list[int] = []  # a box, so the finalizer closes whatever is open then
+        weakref.finalize(self, _close_all_fds, self._fd)
+
+    def append(self, data: bytes) -> None:
+        with self._lock:
+            if not self._fd:
+                self._fd.append(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            os.write(self._fd[0], data)
+
+    def close(self) -> None:
+        with self._lock:
+            _close_all_fds(self._fd)
+
+
+def _close_all_fds(fds: list[int]) -> None:
+    while fds:
+        os.close(fds.pop())
 
 
 def _read_sums(path: Path) -> dict[str, int]:
