@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 import zlib
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -145,7 +144,6 @@ class NpyDirSinkImpl:
         self._checked: dict[str, bool] = {}
         #: Outputs found in place that did not match their checksum (or had none), and were removed.
         self.rejected = 0
-        self._sums_log = _AppendLog(directory / CHECKSUMS)
 
     def path(self, key: str) -> Path:
         """Where ``key``'s output lands."""
@@ -185,7 +183,6 @@ class NpyDirSinkImpl:
 
     def settle(self) -> None:
         """Every output is journaled: the checksums are no longer needed."""
-        self._sums_log.close()
         (self.dir / CHECKSUMS).unlink(missing_ok=True)
 
     def clean_temps(self) -> int:
@@ -222,7 +219,13 @@ class NpyDirSinkImpl:
 
     def _log(self, sums: Sequence[tuple[str, int]]) -> None:
         """Append the checksums of outputs about to be renamed into place (one ``write``)."""
-        self._sums_log.append("".join(f"{key}\t{crc:08x}\n" for key, crc in sums).encode())
+        # Opened for each append (1.7 us against 0.5 for a write alone): no descriptor stays open on
+        # the outputs' disk between writes, which would keep it from being remounted.
+        fd = os.open(self.dir / CHECKSUMS, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, "".join(f"{key}\t{crc:08x}\n" for key, crc in sums).encode())
+        finally:
+            os.close(fd)
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         tmp = self._tmp(key, str(self._pid))
@@ -261,32 +264,6 @@ class NpyDirSinkImpl:
             self._log([(key, int(name.removesuffix(TMP_SUFFIX).rsplit("-", 1)[1], 16)) for key, name in kept])
         for key, name in kept:
             (self.dir / name).replace(self.path(key))
-
-
-class _AppendLog:
-    """A file that lines are appended to, each batch of them by one ``write`` (O_APPEND), from any
-    thread; opened at the first append and kept open (closed by ``close`` or when collected)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._fd: list[int] = []  # a box, so the finalizer closes whatever is open then
-        weakref.finalize(self, _close_all_fds, self._fd)
-
-    def append(self, data: bytes) -> None:
-        with self._lock:
-            if not self._fd:
-                self._fd.append(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
-            os.write(self._fd[0], data)
-
-    def close(self) -> None:
-        with self._lock:
-            _close_all_fds(self._fd)
-
-
-def _close_all_fds(fds: list[int]) -> None:
-    while fds:
-        os.close(fds.pop())
 
 
 def _read_sums(path: Path) -> dict[str, int]:
