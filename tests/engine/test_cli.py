@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from wd_broker import Mosquitto
 from wd_cli import COMMAND, cli_env, warpdeck
+from wd_signals import catches
 
 
 def _warpdeck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -317,16 +318,6 @@ def test_a_file_in_the_journals_place_is_refused_with_a_report_not_a_traceback(t
     assert "not a warpdeck journal" in str(report["refused"]) and "Traceback" not in r.stderr
 
 
-def _catches(pid: int, sig: signal.Signals) -> bool:
-    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    mask = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(mask >> (sig - 1) & 1)
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_while_warpdeck_itself_imports_exits_4_with_a_report(tmp_path: Path,
@@ -341,7 +332,7 @@ def test_a_stop_signal_while_warpdeck_itself_imports_exits_4_with_a_report(tmp_p
                                                  stdout=subprocess.DEVNULL, stderr=err_f) as proc:
         try:
             # Python catches SIGINT from its start; warpdeck's hold on SIGTERM comes right after SIGINT's.
-            _until(lambda: _catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, 60, "the handler")
+            _until(lambda: catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, 60, "the handler")
             imported = log.read_text()  # -X importtime: a line as each import ends
             proc.send_signal(sig)
             proc.wait(timeout=60)

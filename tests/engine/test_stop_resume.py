@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from wd_cli import COMMAND, cli_env
+from wd_signals import catches
 
 N = 480
 IN = 64  # float32 values per input; each output is SPREAD times as many (wd_stages:spread)
@@ -196,8 +197,13 @@ class Stops:
             time.sleep(when)
             return held and proc.poll() is None
         if self.rng.random() < 0.25:  # by time: imports, journal open, first batches
-            when = float(self.rng.uniform(0.03, 0.6))  # from 30 ms: the interpreter itself starts first
+            # From the moment warpdeck holds the signals (cli/entry.py, its first line): before it,
+            # while the interpreter itself starts, a signal acts as Python's default (a stated limit).
+            when = float(self.rng.uniform(0.0, 0.6))
             self.moments.append(f"t+{when:.2f}s")
+            if not _wait_for(proc, lambda: catches(proc.pid, signal.SIGTERM)):
+                return False
+            launched = time.monotonic()
             return _wait_for(proc, lambda: time.monotonic() - launched >= when)
         target = self.outputs.landed() + int(self.rng.integers(1, 40))  # by outputs: a few more than now
         self.moments.append(f"n>={target}")
