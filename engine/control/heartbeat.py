@@ -125,7 +125,7 @@ class Heartbeater:
         #: The newest heartbeats sent under the current connection: (epoch, seq, time.monotonic()
         #: just before the send). A monitor in this process compares them with what it hears to
         #: tell how far its own input runs behind (see engine/control/lag.py). Appended on the
-        #: heartbeat's thread; read with ``tuple()`` from any other.
+        #: heartbeat's thread; read from any other only through ``sent_since``.
         self.outbox: deque[tuple[int, int, float]] = deque(maxlen=_OUTBOX)
         self.reconnects = 0
         #: Times this worker heard itself convicted while alive, and was born again.
@@ -181,6 +181,13 @@ class Heartbeater:
         return {**self.address.client_kwargs(), "will": will, "keepalive": self.keepalive_s,
                 "identifier": f"wd-{self.topics.pipeline}-{self.worker_id}"[:128], "clean_session": True,
                 "timeout": max(2.0, 4 * self.interval_s)}
+
+    def sent_since(self, since: float) -> tuple[tuple[int, int, float], ...]:
+        """The outbox's heartbeats sent at ``since`` or later; safe from any thread. The deque is
+        copied in one step first (``tuple()`` of a deque runs in C, holding the GIL): iterating it
+        from another thread while this worker's thread appended raised "deque mutated during
+        iteration" and ended the control plane (issue 29)."""
+        return tuple(sent for sent in tuple(self.outbox) if sent[2] >= since)
 
     async def _run(self, stopping: asyncio.Event) -> None:
         self._stopping = stopping

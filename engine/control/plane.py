@@ -400,11 +400,9 @@ class ControlPlane:
 
     def _measure_lag(self, now: float) -> None:
         # A heartbeater that is not connected sends nothing that could arrive: it measures nothing.
-        # tuple() copies the deque the heartbeat's thread appends to in one step (it holds the GIL).
         # Heartbeats sent before the plane listened (at start, or while it reconnected) never come.
         since = self._listening_since
-        outboxes = [(wid, tuple(sent for sent in h.outbox if sent[2] >= since))
-                    for wid, h in self.heartbeaters.items() if h.connected.is_set()]
+        outboxes = [(wid, h.sent_since(since)) for wid, h in self.heartbeaters.items() if h.connected.is_set()]
         change = self.lag.update(outboxes, now)
         if change is None:
             return

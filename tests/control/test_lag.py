@@ -7,16 +7,22 @@ it shows both what goes wrong and that the hold prevents it."""
 
 from __future__ import annotations
 
+import itertools
 import signal
+import sys
+import threading
 import time
 
 import pytest
 from wd_broker import Mosquitto
 from wd_control import EngineThread, WorkerProcess, slow_spec, wait_for, workers
 
+from warpdeck.engine.control.broker import BrokerAddress
+from warpdeck.engine.control.heartbeat import Heartbeater
 from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.monitor import WorkerMonitor
 from warpdeck.engine.control.monitor_types import MonitorConfig, WorkerState
+from warpdeck.engine.control.topics import Topics
 
 # -- InputLag -------------------------------------------------------------------------------------
 
@@ -223,3 +229,36 @@ def test_a_stalled_broker_convicts_nobody(mosquitto: Mosquitto, hold: float | No
             assert {w: et.worker(w).epoch for w in epochs} == epochs, "the stall alone re-births nobody"
             view = plane.view()
             assert view.lag_holds == plane.lag.holds
+
+
+# -- the outbox, read across threads ---------------------------------------------------------------
+
+
+def test_the_outbox_is_read_whole_while_its_thread_appends() -> None:
+    # A stress test of the heartbeat thread against the plane: the plane's lag measure used to
+    # iterate the outbox while the heartbeat's thread appended to it ("deque mutated during
+    # iteration"), which ended the control plane mid-run with one line in the log (issue 29).
+    heart = Heartbeater(BrokerAddress("127.0.0.1", 1), Topics("stress"), "w")
+    stop = threading.Event()
+
+    def beat() -> None:
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            heart.outbox.append((1, seq, time.monotonic()))
+
+    writer = threading.Thread(target=beat, daemon=True)
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    writer.start()
+    try:
+        reads = 0
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            sent = heart.sent_since(0.0)
+            assert all(a[1] < b[1] for a, b in itertools.pairwise(sent)), "a copy of one moment, in order"
+            reads += 1
+    finally:
+        stop.set()
+        writer.join(5)
+        sys.setswitchinterval(0.005)
+    assert reads > 100
