@@ -62,7 +62,10 @@ def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = N
             _carry_on_headless(app, link, control)
     finally:
         link.stop()
-    return link.report
+    report = link.report
+    if report is not None and app.stop_signals.received and report.status == "stopped" and not report.stopped_by:
+        report = report.model_copy(update={"stopped_by": "signal"})  # SIGTERM or SIGHUP, as headless says
+    return report
 
 
 def _carry_on_headless(app: WarpdeckApp, link: EngineLink, control: ControlSettings | None) -> None:

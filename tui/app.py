@@ -46,6 +46,7 @@ from warpdeck.tui.screens.help import HelpScreen
 from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.screens.timeline import TimelineScreen
 from warpdeck.tui.screens.workers import WorkersScreen
+from warpdeck.tui.stop_signals import StopSignals, release_dead_terminal, terminal_gone
 from warpdeck.tui.undo import UndoStack
 from warpdeck.tui.widgets.prompt_bar import Check, PromptBar
 from warpdeck.tui.worker_changes import WorkerLog, worker_changes
@@ -82,6 +83,8 @@ class WarpdeckApp(CommandMode, App[int]):
         self.undo_stack = UndoStack()
         self._asked = {}
         self.stopped: EngineStopped | None = None
+        #: SIGTERM and SIGHUP end the room as a confirmed quit does (``stop_signals.py``).
+        self.stop_signals = StopSignals(self._end_on_signal)
         self.log_path = log_path or Path(tempfile.gettempdir()) / f"warpdeck-control-room-{os.getpid()}.log"
         """Where the traceback of anything that went wrong in the control room is written."""
         self.errors = 0
@@ -183,6 +186,7 @@ class WarpdeckApp(CommandMode, App[int]):
         self.action_quit_app()
 
     def on_mount(self) -> None:
+        self.stop_signals.install()
         for error in self._theme_errors:
             self.notify(str(error), title="theme file skipped", severity="warning", timeout=10)
         self._lay_out_screens()
@@ -192,6 +196,7 @@ class WarpdeckApp(CommandMode, App[int]):
         self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
     async def on_unmount(self) -> None:
+        self.stop_signals.remove()
         if self.crash is None:  # else the run goes on without the app (``cli/control_room.py``)
             self.link.stop()
         self.collector.stop()
@@ -368,12 +373,25 @@ class WarpdeckApp(CommandMode, App[int]):
         saved = self.save_screenshot(filename, path=path or str(self._screenshot_dir))
         self.notify(f"saved {saved}", title="screenshot", timeout=5)
 
-    def action_quit_app(self) -> None:
+    def _work_runs_here(self) -> bool:
+        """Whether quitting now stops work this room's engine is still doing."""
         snap = self.snapshot
+        return (snap is not None and not snap.finished and self.stopped is None and not self.link.readonly
+                and self.link.owns_engine)
+
+    def _end_on_signal(self, signum: int) -> None:
+        """SIGTERM or SIGHUP: out as a confirmed quit goes (the run stops: exit 4), not asking."""
+        if terminal_gone():
+            release_dead_terminal(self)
+        if self._work_runs_here():
+            self.exit(1, return_code=1)
+        else:
+            self.exit(0)
+
+    def action_quit_app(self) -> None:
         if isinstance(self.screen, ConfirmScreen) and self.screen.name == "quit":
             return  # already asking
-        if (snap is not None and not snap.finished and self.stopped is None and not self.link.readonly
-                and self.link.owns_engine):
+        if self._work_runs_here():
             kept = ("The journal keeps what is done: the same command resumes." if self.link.journaled
                     else "This run keeps no journal: what is not done is lost.")
             self.push_screen(ConfirmScreen(f"Work is still running. Quit and stop the pipeline? {kept}", name="quit"),

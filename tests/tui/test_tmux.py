@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +63,14 @@ class Pane:
         out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True,
                              check=True)
         return out.stdout
+
+    def modes(self) -> dict[str, str]:
+        """What the program in the pane has set: the alternate screen, mouse reporting, a visible cursor."""
+        out = subprocess.run(["tmux", "display-message", "-p", "-t", self.name,
+                              "#{alternate_on} #{mouse_any_flag} #{cursor_flag}"], capture_output=True, text=True,
+                             check=True)
+        alternate, mouse, cursor = out.stdout.split()
+        return {"alternate": alternate, "mouse": mouse, "cursor": cursor}
 
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
@@ -152,3 +162,54 @@ def test_a_command_typed_in_one_burst_at_120x40(tmp_path: Path) -> None:
         pane.wait_for("EXIT=")
     finally:
         pane.close()
+
+
+@pytest.mark.parametrize("sig", ["TERM", "HUP"])
+def test_a_stop_signal_ends_the_room_as_a_quit_and_gives_the_terminal_back(tmp_path: Path, sig: str) -> None:
+    """Issue 29: SIGTERM or SIGHUP to the control room ended it by Python's default (exit 143 or
+    129, no report), the terminal left in the alternate screen with mouse reporting on and the
+    cursor hidden. Now: the run stops as a confirmed quit stops it, exit 4 with its report, and the
+    terminal is as it was."""
+    warpdeck = Path(sys.executable).parent / "warpdeck"
+    run_dir = tmp_path / f"run-{sig}"
+    pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {run_dir} --json report.json; echo EXIT=$?; sleep 30",
+                tmp_path)
+    try:
+        pane.wait_for("● running")
+        pane.wait_for("compute")
+        assert pane.modes() == {"alternate": "1", "mouse": "1", "cursor": "0"}, "the app holds the terminal"
+        os.kill(_room_pid(run_dir), getattr(signal, f"SIG{sig}"))
+        final = pane.wait_for("EXIT=")
+        assert "EXIT=4" in final, final
+        assert pane.modes() == {"alternate": "0", "mouse": "0", "cursor": "1"}, "the terminal given back"
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert (report["status"], report["stopped_by"]) == ("stopped", "signal")
+    finally:
+        pane.close()
+
+
+def _room_pid(run_dir: Path) -> int:
+    """The control room's own process (not the pane's shell, nor tmux, whose command lines hold the same words)."""
+    found = subprocess.run(["pgrep", "-f", rf"python[0-9.]* \S*warpdeck demo --count 200000 --run-dir {run_dir}"],
+                           capture_output=True, text=True, check=True)
+    return int(found.stdout.split()[0])
+
+
+def test_closing_the_terminal_stops_the_run_with_its_report(tmp_path: Path) -> None:
+    """Issue 29: the terminal gone (the window closed: SIGHUP, and every write fails), the room
+    stops the run and writes its report instead of waiting forever on a terminal nobody sees."""
+    warpdeck = Path(sys.executable).parent / "warpdeck"
+    run_dir = tmp_path / "run"
+    pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {run_dir} --json report.json; sleep 30", tmp_path)
+    try:
+        pane.wait_for("● running")
+        pane.wait_for("compute")
+        pid = _room_pid(run_dir)
+    finally:
+        pane.close()
+    end = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < end, "the room outlived its terminal"
+        time.sleep(0.1)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["status"], report["stopped_by"]) == ("stopped", "signal")
