@@ -77,10 +77,11 @@ class PipelineActions(_Base):
         return focused.current_key if isinstance(focused, TaskList) else None
 
     async def send(self, cmd: Command, *, undo: Undoable | None = None) -> bool:
-        """Send ``cmd``; say what happened; remember how to undo it when it applied."""
+        """Send ``cmd``; say what happened; remember how to undo it when it changed something (a
+        ``pause`` while paused answers ``already paused`` and leaves nothing to undo)."""
         result = await self.link.send(cmd)
         self.notify(result.message, severity="information" if result.ok else "warning", timeout=4)
-        if result.ok and undo is not None:
+        if result.ok and result.changed and undo is not None:
             self.undo_stack.push(undo.inverse, undo.restores)
         return result.ok
 
@@ -212,19 +213,31 @@ class PipelineActions(_Base):
             await self.send(Release(worker=worker), undo=Undoable(Quarantine(worker=worker),
                                                                   f"{worker} quarantined again"))
             return
+        undo = Undoable(Release(worker=worker), f"{worker} released")
+        if self._last_taking(worker):
+            self._ask_last(worker, lambda: self._quarantine_last(worker, undo), "u undoes")
+            return
+        await self.send(Quarantine(worker=worker), undo=undo)
+
+    def _last_taking(self, worker: str) -> bool:
+        """Whether ``worker`` is the only one still taking batches."""
         snap = self.snapshot
         taking = [w.id for w in snap.workers if w.state not in ("quarantined", "dead")] if snap is not None else []
-        if taking == [worker]:
-            def answer(yes: bool | None) -> None:
-                if yes:
-                    self.run_worker(self._guarded(self._quarantine_last(worker), "quarantine"), group="commands")
-            self.push_screen(ConfirmScreen(f"{worker} is the last worker taking batches. Quarantine it? The run "
-                                           f"cannot progress until it is released (u undoes)."), answer)
-            return
-        await self.send(Quarantine(worker=worker), undo=Undoable(Release(worker=worker), f"{worker} released"))
+        return taking == [worker]
 
-    async def _quarantine_last(self, worker: str) -> None:
-        if await self.send(Quarantine(worker=worker), undo=Undoable(Release(worker=worker), f"{worker} released")):
+    def _ask_last(self, worker: str, then: Callable[[], Awaitable[None]], undo_note: str,
+                  declined: Callable[[], None] | None = None) -> None:
+        """Ask before quarantining the last worker taking batches; ``then`` on yes, ``declined`` on no."""
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._guarded(then(), "quarantine"), group="commands")
+            elif declined is not None:
+                declined()
+        self.push_screen(ConfirmScreen(f"{worker} is the last worker taking batches. Quarantine it? The run "
+                                       f"cannot progress until it is released ({undo_note})."), answer)
+
+    async def _quarantine_last(self, worker: str, undo: Undoable | None) -> None:
+        if await self.send(Quarantine(worker=worker), undo=undo):
             self.notify(f"every worker is quarantined: the run cannot progress until one is released "
                         f"(:release {worker}, or u)", severity="warning", timeout=10)
 
@@ -233,6 +246,15 @@ class PipelineActions(_Base):
         if last is None:
             self.notify(f"nothing to undo ({undoable_verbs()} can be undone)", severity="warning")
             return
+        match last.inverse:
+            case Quarantine(worker=worker) if self._last_taking(worker):
+                # The undo asks what the forward action would ask; declined, it stays to undo.
+                self._ask_last(worker, lambda: self._undo(last), f":release {worker}",
+                               declined=lambda: self.undo_stack.push(last.inverse, last.restores))
+                return
+        await self._undo(last)
+
+    async def _undo(self, last: Undoable) -> None:
         if await self.send(last.inverse):
             match last.inverse:
                 case SetDepth(depth=depth):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from warpdeck.tui.actions import PipelineActions
 from warpdeck.tui.command_line import Parsed
 from warpdeck.tui.filtering import FilterError, TaskFilter
-from warpdeck.tui.operations import SCREENS, VERBS
+from warpdeck.tui.operations import SCREENS, VERBS, operation
 from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 
@@ -37,6 +37,10 @@ class CommandMode(PipelineActions):
         """Carry out one parsed command-mode line."""
         verb = VERBS[cmd.verb]
         if verb.run is None:
+            op = operation(verb.action)
+            if op is not None and op.when is not None and not op.when(self):
+                self.notify(op.otherwise or f"{cmd.verb}: not now", timeout=4)  # the same words as the engine's
+                return
             await self.run_action(verb.action)
             return
         done = verb.run(self, cmd.args)

@@ -97,6 +97,8 @@ class Operation:
     undoable: bool = False
     #: Offered (and run) only while this holds: ``p`` is pause or resume, as the run is now.
     when: Callable[[CommandMode], bool] | None = None
+    #: What a verb answers when ``when`` does not hold (``already paused``): it never goes unanswered.
+    otherwise: str = ""
     #: Its keys work over the help and a task's detail too, which hide the app's keys.
     while_reading: bool = False
 
@@ -104,10 +106,12 @@ class Operation:
 # In the order the verbs are listed, completed and offered; help shows the keys by ``GROUPS``.
 OPERATIONS: tuple[Operation, ...] = (
     Operation("pause", "Pipeline", (Key("p", "Pause: no new batches start", footer=True, short="pause"),),
-              Verb("pause", "", "stop starting batches"), undoable=True, when=lambda app: not app.paused),
+              Verb("pause", "", "stop starting batches"), undoable=True, when=lambda app: not app.paused,
+              otherwise="already paused"),
     # One key, two operations: the footer offers the one that applies now.
     Operation("resume", "Pipeline", (Key("p", "Resume: batches start again", footer=True, short="resume"),),
-              Verb("resume", "", "start batches again"), undoable=True, when=lambda app: app.paused),
+              Verb("resume", "", "start batches again"), undoable=True, when=lambda app: app.paused,
+              otherwise="not paused: nothing to resume"),
     Operation("drain", "Pipeline", (Key("d", "Drain: admit nothing more, finish what is admitted"),),
               Verb("drain", "", "admit nothing more, finish what is admitted (asks)"), asks=True),
     Operation("cancel_task", "Pipeline",

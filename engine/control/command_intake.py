@@ -81,7 +81,8 @@ class CommandIntake:
             return
         self.applied += 1
         self._events.put(Event(what="command_applied" if result.ok else "command_refused", subject=cmd.kind,
-                               reason=result.message[:4096], t=time.time(), ref=ref, affected=result.affected))
+                               reason=result.message[:4096], t=time.time(), ref=ref, affected=result.affected,
+                               changed=result.changed))
 
     async def _run(self, cmd: Command) -> CommandResult:
         return await self._command(cmd)

@@ -220,7 +220,7 @@ class RemoteEngine:
             return CommandResult(False, 0, f"not sent: {exc}")
         finally:
             self._answers.pop(signed.nonce, None)
-        return CommandResult(ev.what == "command_applied", ev.affected, ev.reason)
+        return CommandResult(ev.what == "command_applied", ev.affected, ev.reason, changed=ev.changed)
 
 
 def read_recording(path: Path, refused: list[WireError] | None = None) -> Iterator[EngineSnapshot]:

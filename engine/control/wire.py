@@ -203,6 +203,9 @@ class Event(_Wire):
     """For command outcomes: the command's nonce, so its sender can match the answer."""
     affected: int = 0
     """For command outcomes: how many tasks the command touched."""
+    changed: bool = True
+    """For an applied command: False when it changed nothing (``already paused``), so a room keeps
+    no undo for it. Sent only when False (``encode``): an older build refuses just those answers."""
     count: int = Field(ge=0, default=0)
     """For refusals and drops (told per reason, at most once a second): how many since the last; for a
     stall: how many tasks it holds (a batch's, or those waiting in the queue); 0 otherwise."""
@@ -329,7 +332,10 @@ class WireError(ValueError):
 
 
 def encode(msg: BaseModel) -> bytes:
-    """The bytes of ``msg`` on the wire (compact JSON)."""
+    """The bytes of ``msg`` on the wire (compact JSON). An event's ``changed`` goes only when False,
+    so every other event reads as it did to a build from before the field."""
+    if isinstance(msg, Event) and msg.changed:
+        return msg.model_dump_json(exclude={"changed"}).encode()
     return msg.model_dump_json().encode()
 
 

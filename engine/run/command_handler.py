@@ -59,11 +59,15 @@ class CommandHandler:
         s = self.s
         match cmd:
             case Pause():
+                if s.feeder.paused:
+                    return CommandResult(True, 0, "already paused", changed=False)
                 s.feeder.paused = True
                 pending = np.array(s.ready.pending(), np.int64)
                 s.table.set_stall(pending, StallReason.CONTROL, "paused")
                 return CommandResult(True, len(pending), "paused: no new batches start")
             case Resume():
+                if not s.feeder.paused:
+                    return CommandResult(True, 0, "not paused: nothing to resume", changed=False)
                 s.feeder.paused = False
                 pending = np.array(s.ready.pending(), np.int64)
                 s.table.clear_stall(pending)
@@ -83,6 +87,9 @@ class CommandHandler:
             case Quarantine() | Release():
                 return self._quarantine_or_release(cmd)
             case SetDepth():
+                lanes = [lane for lane in s.lanes if cmd.lane is None or lane.id == cmd.lane]
+                if not s.auto_depth and lanes and all(lane.depth == cmd.depth for lane in lanes):
+                    return CommandResult(True, 0, f"prefetch depth is already {cmd.depth}", changed=False)
                 s.auto_depth = False
                 for lane in s.lanes:
                     if cmd.lane is None or lane.id == cmd.lane:
@@ -109,6 +116,9 @@ class CommandHandler:
         if cmd.worker not in known:
             return CommandResult(False, 0, f"no worker {cmd.worker!r} (known: {', '.join(sorted(known))})")
         quarantine = isinstance(cmd, Quarantine)
+        if quarantine == (cmd.worker in s.quarantined):
+            state = "already quarantined" if quarantine else "not quarantined"
+            return CommandResult(True, 0, f"worker {cmd.worker} is {state}", changed=False)
         was_all = all(w in s.quarantined for w in s.worker_ids)
         if quarantine:
             s.quarantined.add(cmd.worker)

@@ -99,8 +99,11 @@ COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """What a command did: whether it applied, how many tasks it touched, in words."""
+    """What a command did: whether it applied, how many tasks it touched, in words; and whether it
+    changed anything (``changed``: False for ``pause`` while paused, ``release`` of a worker not
+    quarantined: nothing for an undo to reverse)."""
 
     ok: bool
     affected: int
     message: str
+    changed: bool = True

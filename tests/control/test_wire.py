@@ -44,12 +44,22 @@ SAMPLES = [
     Death(worker="w1", epoch=17, graceful=True, reason="shutdown"),
     EngineState(state="online", pipeline="p", host="h", pid=1, started=1.5),
     Event(what="worker_lost", subject="w1", reason="will", t=2.0),
+    Event(what="command_applied", subject="pause", reason="already paused", t=2.0, ref="n1", changed=False),
 ]
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.kind)
 def test_every_payload_round_trips(msg: object) -> None:
     assert decode(encode(msg)) == msg  # type: ignore[arg-type]
+
+
+def test_an_events_changed_goes_on_the_wire_only_when_false() -> None:
+    # A build from before the field refuses an event holding it (extra fields are invalid): every
+    # answer that changed something reads to it as before.
+    applied = Event(what="command_applied", subject="pause", reason="paused", t=1.0, ref="n1", affected=3)
+    assert "changed" not in json.loads(encode(applied))
+    unchanged = applied.model_copy(update={"changed": False, "reason": "already paused", "affected": 0})
+    assert json.loads(encode(unchanged))["changed"] is False
 
 
 @pytest.mark.parametrize(("payload", "reason"), [

@@ -7,7 +7,7 @@ import asyncio
 from wd_build import spec
 from wd_stages import RecordingSink, SleepySource
 
-from warpdeck.engine.api import Cancel, Drain, Engine, EngineSnapshot, Pause, Resume, SetDepth
+from warpdeck.engine.api import Cancel, Drain, Engine, EngineSnapshot, Pause, Quarantine, Release, Resume, SetDepth
 
 
 async def _until(cond, eng: Engine, limit: float = 60.0) -> None:
@@ -103,3 +103,22 @@ async def test_set_depth_changes_every_lane_and_turns_auto_off() -> None:
         assert snap.feeder.auto_depth is False
         report = await eng.wait()
     assert report.slot_depth == [5, 5] and report.counts.done == 200
+
+
+async def test_a_command_that_changes_nothing_says_so_and_is_marked_unchanged() -> None:
+    # Issue 29: a room kept an undo for a pause while paused, or a release of a worker not
+    # quarantined, and its undo then changed what the operator never had.
+    s = spec(["wd_stages:sleep_10ms"], batch_size=4)
+    async with Engine(s, source=SleepySource(400), sink=RecordingSink()) as eng:
+        await _until(lambda sn: sn.counts.done >= 8, eng)
+        wid = eng.worker_id
+        answers = [await eng.command(c) for c in (
+            Resume(), Pause(), Pause(), Resume(), Release(worker=wid), Quarantine(worker=wid), Quarantine(worker=wid),
+            Release(worker=wid), SetDepth(depth=5), SetDepth(depth=5))]
+        assert [(a.ok, a.changed) for a in answers] == [
+            (True, False), (True, True), (True, False), (True, True), (True, False), (True, True), (True, False),
+            (True, True), (True, True), (True, False)]
+        assert [answers[i].message for i in (0, 2, 4, 6, 9)] == [
+            "not paused: nothing to resume", "already paused", f"worker {wid} is not quarantined",
+            f"worker {wid} is already quarantined", "prefetch depth is already 5"]
+        assert (await eng.wait()).counts.done == 400

@@ -228,3 +228,56 @@ async def test_the_quit_question_of_a_run_without_a_journal_says_so(tmp_path: Pa
         assert "keeps no journal" in app.screen.question and "journal keeps" not in app.screen.question
         await pilot.press("n")
         assert app.is_running
+
+
+async def test_a_command_that_changes_nothing_says_so_and_leaves_nothing_to_undo(tmp_path: Path) -> None:
+    # Issue 29: `:pause⏎ :pause⏎ u u` left a running run paused, the second u undoing the no-op pause
+    # by resuming and the first... the stack held two resumes. Now the second pause says "already
+    # paused" and pushes nothing: one u resumes, the next has nothing to undo.
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        burst(app, ":pause\r")
+        await until(pilot, lambda: app.snapshot.feeder.state == "paused")
+        seen = note_ids(app)
+        burst(app, ":pause\r")
+        await until(pilot, lambda: any(n == "already paused" for n in notes_since(app, seen)))
+        assert len(app.undo_stack) == 1
+        burst(app, "u")
+        await until(pilot, lambda: app.snapshot.feeder.state != "paused")
+        seen = note_ids(app)
+        burst(app, "u")
+        await until(pilot, lambda: any(n.startswith("nothing to undo") for n in notes_since(app, seen)))
+        assert app.snapshot.feeder.state != "paused"
+
+
+async def test_releasing_a_worker_that_is_not_quarantined_leaves_no_quarantine_to_undo(tmp_path: Path) -> None:
+    # Issue 29: `:release vm.cpu⏎` on a worker not quarantined, then u, quarantined the only worker
+    # without the question z asks.
+    async with engine_app(tmp_path) as (app, pilot, _link):
+        wid = app.snapshot.workers[0].id
+        seen = note_ids(app)
+        burst(app, f":release {wid}\r")
+        await until(pilot, lambda: any(n == f"worker {wid} is not quarantined" for n in notes_since(app, seen)))
+        assert len(app.undo_stack) == 0
+
+
+async def test_undoing_a_release_of_the_last_worker_asks_as_quarantining_it_does(tmp_path: Path) -> None:
+    async with engine_app(tmp_path) as (app, pilot, link):
+        wid = app.snapshot.workers[0].id
+        burst(app, f":quarantine {wid}\r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        burst(app, "y")
+        await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
+        burst(app, f":release {wid}\r")
+        await until(pilot, lambda: app.snapshot.workers[0].state == "online")
+        sent = len(link.sent)
+        burst(app, "u")  # would quarantine the only worker again: asked first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "last worker taking batches" in str(app.screen.question) and len(link.sent) == sent
+        burst(app, "n")  # declined: nothing sent, and it is still there to undo
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert len(link.sent) == sent and len(app.undo_stack) == 2
+        burst(app, "u")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        burst(app, "y")
+        await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
+        assert len(app.undo_stack) == 1  # the quarantine's own undo (release) is next
