@@ -12,7 +12,7 @@ import os
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -351,7 +351,18 @@ class WarpdeckApp(CommandMode, App[int]):
 
     def _run_command_line(self, text: str | None) -> None:
         if text:
-            self.run_worker(self._guarded(self.run_command(parse(text)), f":{text.strip()}"), group="commands")
+            # The keys typed after this line wait until it has answered or asked (``KeyGate.hold``),
+            # held from now: the worker starts later.
+            release = self.keygate.hold()
+            self.run_worker(self._then(self._guarded(self.run_command(parse(text)), f":{text.strip()}"), release),
+                            group="commands")
+
+    @staticmethod
+    async def _then(work: Awaitable[None], release: Callable[[], None]) -> None:
+        try:
+            await work
+        finally:
+            release()
 
     def action_failed(self) -> None:
         """Show failed tasks only; again: clear the filter."""

@@ -15,6 +15,16 @@ focus changes it asked for have been made too. Only then is the next key routed.
 arrives while the top screen is still being mounted (a dialog or prompt screen just pushed)
 waits for it. Nothing is dropped: a marker that never comes back (its widget was removed) frees
 the gate after ``STUCK_S``.
+
+Two more rules keep an answer from being given by keys meant for something else (issue 29):
+- A command typed at the prompt runs on after its Enter (it may look a task up for seconds before
+  it asks): it ``hold``s the gate until it has answered or put its question on screen, so the
+  keys typed meanwhile are not routed to the board behind it (``t`` switching the theme, Enter
+  opening a task).
+- A question (a screen with ``shown_at``, set as it is put on screen) never takes a key typed
+  before it was there: such keys are set aside while it is up and go back, in order and ahead
+  of anything newer, once it is gone (``give_back``). So ``:cancel K⏎`` then ``:retry⏎`` typed at
+  once asks about the cancel, and ``:retry`` runs after the answer, not as it.
 """
 
 from __future__ import annotations
@@ -54,7 +64,10 @@ class KeyGate(Generic[_R]):
     """How long a routed key may hold the gate before the next one goes anyway."""
 
     RETRY_S = 0.002
-    """How often a held key looks again for a top screen that is still being mounted."""
+    """How often a held key looks again for a top screen that is still being mounted or drawn."""
+
+    HOLD_S = 30.0
+    """The longest a command may hold the keys (an engine that never answers cannot freeze them)."""
 
     def __init__(self, app: App[_R], route: Callable[[Held], Awaitable[None]]) -> None:
         self._app = app
@@ -64,6 +77,9 @@ class KeyGate(Generic[_R]):
         self._busy = False
         self._stuck: Timer | None = None
         self._mounting_since = 0.0
+        self._holds = 0
+        #: Keys typed before the question now on screen was visible: routed once it is gone.
+        self._aside: list[Held] = []
 
     @property
     def held(self) -> int:
@@ -74,6 +90,37 @@ class KeyGate(Generic[_R]):
     def busy(self) -> bool:
         """A key has been routed and is still being handled."""
         return self._busy
+
+    @property
+    def set_aside(self) -> int:
+        """Keys typed before the question on screen was visible, waiting for it to go."""
+        return len(self._aside)
+
+    def hold(self) -> Callable[[], None]:
+        """Route no key until the returned ``release`` is called (at the latest after ``HOLD_S``):
+        a command that a key started and that answers later."""
+        self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            timer.stop()
+            self._holds -= 1
+            if not self._holds:
+                self._app.call_later(self._next)
+
+        timer = self._app.set_timer(self.HOLD_S, release)
+        return release
+
+    def give_back(self) -> None:
+        """The question is gone: the keys set aside while it was up go next, in the order typed."""
+        if self._aside:
+            self._held.extendleft(reversed(self._aside))
+            self._aside.clear()
+        self._app.call_later(self._next)
 
     async def arrive(self, event: Held) -> None:
         """A key or paste from the terminal, in the order typed."""
@@ -97,7 +144,9 @@ class KeyGate(Generic[_R]):
         await self._next()
 
     async def _next(self) -> None:
-        if not self._held or self._busy:
+        if not self._held or self._busy or self._holds:
+            return
+        if not self._question_takes(self._held[0]):
             return
         if not self._app.screen.is_mounted:  # a screen just pushed: its focus is not set yet
             now = time.monotonic()
@@ -116,6 +165,24 @@ class KeyGate(Generic[_R]):
             self._stuck = self._app.set_timer(self.STUCK_S, partial(self._done, self._seq))
         else:  # the widget is gone: nothing of the key is left to wait for
             self._app.call_later(self._done, self._seq)
+
+    def _question_takes(self, event: Held) -> bool:
+        """Whether ``event`` may go on to the screen on top: any screen but a question takes it; a
+        question takes only keys typed once it was visible. Earlier ones are set aside (and the
+        next is looked at); while the question is not drawn yet, the key waits (False)."""
+        screen = self._app.screen
+        if not hasattr(screen, "shown_at"):
+            return True
+        while self._held:
+            shown: float | None = screen.shown_at
+            if shown is None:  # pushed, not drawn yet: wait for it
+                self._busy = True
+                self._app.set_timer(self.RETRY_S, self._retry)
+                return False
+            if self._held[0].time >= shown:
+                return True
+            self._aside.append(self._held.popleft())
+        return False
 
     async def _retry(self) -> None:
         self._busy = False

@@ -75,6 +75,12 @@ def burst(app: App[Any], text: str) -> None:
         app.post_message(key_event(char))
 
 
+def asking(app: App[Any]) -> bool:
+    """A question is on screen and drawn: what a person can answer (a key typed before it was
+    visible is never its answer: tui/keygate.py)."""
+    return getattr(app.screen, "shown_at", None) is not None
+
+
 def notes(app: App[Any]) -> list[str]:
     """The notifications the app shows now, oldest first (Textual drops each after its timeout)."""
     return [n.message for n in app._notifications]

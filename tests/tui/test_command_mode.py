@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Input
 from textual.widgets._footer import FooterKey
 from wd_screen import screen_text
-from wd_tui import burst, commands, engine_app, note_ids, notes, notes_since, slow_spec, until
+from wd_tui import asking, burst, commands, engine_app, note_ids, notes, notes_since, slow_spec, until
 
 from warpdeck.engine.api import ControlSettings, Pause, parse_spec
 from warpdeck.tui.app import WarpdeckApp
@@ -139,7 +139,7 @@ async def test_while_paused_the_footer_offers_resume(tmp_path: Path) -> None:
 async def test_every_way_out_asks_while_work_runs(tmp_path: Path, key: str) -> None:
     async with engine_app(tmp_path) as (app, pilot, _link):
         await pilot.press(key)
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert "Quit and stop the pipeline?" in app.screen.question
         assert "keeps no journal" not in app.screen.question  # engine_app's run has a run directory
         await pilot.press("n")
@@ -160,7 +160,7 @@ async def test_the_last_worker_is_quarantined_only_after_asking(tmp_path: Path) 
     async with engine_app(tmp_path) as (app, pilot, link):
         wid = app.snapshot.workers[0].id
         burst(app, f":quarantine {wid}\r")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert "last worker" in app.screen.question and commands(link) == []
         await pilot.press("y")
         await until(pilot, lambda: any("cannot progress" in n for n in notes(app)))
@@ -192,7 +192,7 @@ async def test_detail_of_a_finished_task_and_of_an_unknown_one(tmp_path: Path) -
 async def test_cancelling_a_task_not_yet_admitted_is_remembered(tmp_path: Path) -> None:
     async with engine_app(tmp_path) as (app, pilot, link):
         burst(app, ":cancel syn-00150000\r")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert app.screen.question == "Cancel syn-00150000, queued (not yet admitted)?"
         await pilot.press("y")
         await until(pilot, lambda: any("cancelled when it is" in n for n in notes(app)))
@@ -224,7 +224,7 @@ async def test_the_quit_question_of_a_run_without_a_journal_says_so(tmp_path: Pa
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.snapshot is not None)
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert "keeps no journal" in app.screen.question and "journal keeps" not in app.screen.question
         await pilot.press("n")
         assert app.is_running
@@ -264,20 +264,20 @@ async def test_undoing_a_release_of_the_last_worker_asks_as_quarantining_it_does
     async with engine_app(tmp_path) as (app, pilot, link):
         wid = app.snapshot.workers[0].id
         burst(app, f":quarantine {wid}\r")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         burst(app, "y")
         await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
         burst(app, f":release {wid}\r")
         await until(pilot, lambda: app.snapshot.workers[0].state == "online")
         sent = len(link.sent)
         burst(app, "u")  # would quarantine the only worker again: asked first
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert "last worker taking batches" in str(app.screen.question) and len(link.sent) == sent
         burst(app, "n")  # declined: nothing sent, and it is still there to undo
         await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         assert len(link.sent) == sent and len(app.undo_stack) == 2
         burst(app, "u")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         burst(app, "y")
         await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
         assert len(app.undo_stack) == 1  # the quarantine's own undo (release) is next

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Input
-from wd_tui import commands, engine_app, notes, slow_spec, until
+from wd_tui import asking, commands, engine_app, notes, slow_spec, until
 
 from warpdeck.engine.api import (
     Cancel,
@@ -51,10 +51,12 @@ async def test_pause_then_resume_reaches_the_engine(tmp_path: Path) -> None:
 async def test_drain_asks_first(tmp_path: Path) -> None:
     async with engine_app(tmp_path) as (app, pilot, link):
         await pilot.press("d")
-        assert isinstance(app.screen, ConfirmScreen)
+        await until(pilot, lambda: asking(app))
         await pilot.press("n")
         assert commands(link) == []
-        await pilot.press("d", "y")
+        await pilot.press("d")
+        await until(pilot, lambda: asking(app))
+        await pilot.press("y")
         await until(pilot, lambda: commands(link) == [Drain()])
         # Draining ends the run once what was admitted is done.
         await until(pilot, lambda: app.snapshot.status == "drained")
@@ -68,7 +70,7 @@ async def test_cancel_highlighted_task(tmp_path: Path) -> None:
         await pilot.press("G")  # the newest queued task: far from being started
         key = lst.current_key
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         assert app.screen.question.startswith(f"Cancel {key} (")  # named as it is (queued, or already running)
         await pilot.press("y")
         await until(pilot, lambda: commands(link) == [Cancel(keys=(key,))])
@@ -78,7 +80,7 @@ async def test_cancel_highlighted_task(tmp_path: Path) -> None:
 async def test_cancel_all_needs_the_pipeline_name_typed(tmp_path: Path) -> None:
     async with engine_app(tmp_path) as (app, pilot, link):
         await pilot.press("X")
-        assert isinstance(app.screen, ConfirmScreen)
+        await until(pilot, lambda: asking(app))
         await pilot.press("y", "enter")  # not the name: nothing happens
         assert isinstance(app.screen, ConfirmScreen) and commands(link) == []
         await type_into(app, pilot, "tui-test")
@@ -241,10 +243,12 @@ async def test_workers_screen_sorts(tmp_path: Path) -> None:
 async def test_quit_asks_while_work_runs(tmp_path: Path) -> None:
     async with engine_app(tmp_path) as (app, pilot, _link):
         await pilot.press("q")
-        assert isinstance(app.screen, ConfirmScreen)
+        await until(pilot, lambda: asking(app))
         await pilot.press("n")
         assert app.is_running
-        await pilot.press("q", "y")
+        await pilot.press("q")
+        await until(pilot, lambda: asking(app))
+        await pilot.press("y")
         await until(pilot, lambda: not app.is_running)
     assert app.return_code == 1
 
@@ -283,7 +287,7 @@ async def test_z_quarantines_the_highlighted_worker_and_undo_releases_it(tmp_pat
         await until(pilot, lambda: app.screen.name == "workers")
         wid = app.snapshot.workers[0].id
         await pilot.press("z")  # the only worker: the run could not go on, so it asks first
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: asking(app))
         await pilot.press("y")
         await until(pilot, lambda: len(link.sent) == 1)
         assert commands(link) == [Quarantine(worker=wid)] and link.sent[0].result.ok

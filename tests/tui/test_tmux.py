@@ -213,3 +213,31 @@ def test_closing_the_terminal_stops_the_run_with_its_report(tmp_path: Path) -> N
         time.sleep(0.1)
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["status"], report["stopped_by"]) == ("stopped", "signal")
+
+
+def test_a_question_takes_only_keys_typed_once_it_showed(tmp_path: Path) -> None:
+    """Issue 29, item 1, as a person meets it: `:cancel K⏎` and `:retry⏎` typed in one go. The
+    retry's `y` must not confirm the cancel; the cancel asks, and `:retry` runs after the answer."""
+    warpdeck = Path(sys.executable).parent / "warpdeck"
+    pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {tmp_path / 'run'}; echo EXIT=$?; sleep 30", tmp_path)
+    try:
+        pane.wait_for("● running")
+        pane.keys("p")  # paused: the queued tasks stay queued while the test reads one
+        screen = pane.wait_for("paused")
+        queued = re.search(r"○ (syn-\d{8})", screen)
+        assert queued, screen
+        key = queued[1]
+        pane.keys(f":cancel {key}", "Enter", ":retry", "Enter")  # one send-keys: one burst
+        pane.wait_for(f"Cancel {key}")
+        time.sleep(1.0)  # whatever the burst held has arrived by now
+        assert f"Cancel {key}" in pane.text() and "cancelled" not in pane.text()
+        pane.keys("n")
+        pane.wait_for("no failed task to retry")  # the retry, after the answer: and only then
+        pane.wait_gone(f"Cancel {key}")
+        pane.keys("q")
+        pane.wait_for("Work is still running")
+        time.sleep(0.3)
+        pane.keys("y")
+        pane.wait_for("EXIT=")
+    finally:
+        pane.close()

@@ -6,6 +6,7 @@ the dialog is open (``describe``), so what is confirmed is the task as it is the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
@@ -44,6 +45,11 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
         self.type_to_confirm = type_to_confirm
         self._describe = describe
+        #: When it was put on screen (mounted: drawn within the frame; ``time.monotonic``, the clock of
+        #: a key's ``time``): only keys typed since can answer it (``tui/keygate.py``). None until then.
+        #: Not at its first refresh's callback: on a busy loop that ran after the terminal showed it,
+        #: and a key typed by someone who had read the question was set aside.
+        self.shown_at: float | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -58,12 +64,18 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("No", id="no", variant="primary")
 
     def on_mount(self) -> None:
+        self.shown_at = time.monotonic()
         if self._describe is not None:
             self.watch(warpdeck_app(self), "snapshot", self._snapshot_changed)
         if self.type_to_confirm is not None:
             self.query_one(Input).focus()
         else:
             self.query_one("#no", Button).focus()
+
+    def on_unmount(self) -> None:
+        gate = getattr(self.app, "keygate", None)
+        if gate is not None:  # the keys typed before it was visible go on now
+            gate.give_back()
 
     def _snapshot_changed(self, _snap: EngineSnapshot | None) -> None:
         self._ask_again()

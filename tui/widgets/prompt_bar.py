@@ -6,6 +6,10 @@ figures strip and footer, so showing it moves no other widget and the screen ben
 is (a modal screen over the board would re-render all of it through a translucent backdrop, on
 opening and on every snapshot while open). Screens without a bar (help, detail, a confirmation)
 get the same bar inside a ``PromptScreen``.
+
+Enter hands the line over while its key is being handled (``_PromptInput``), not through Textual's
+``Submitted`` message, which is queued behind the key: by then the key gate (``tui/keygate.py``)
+had routed the next keys of a burst, and ``:depth 11⏎:depth 12⏎`` ran only the first (issue 29).
 """
 
 from __future__ import annotations
@@ -25,6 +29,17 @@ from textual.widgets import Input, Label
 __all__ = ["PromptBar"]
 
 Check = Callable[[str], "str | None"]
+
+
+class _PromptInput(Input):
+    """The bar's input: enter submits at once (``PromptBar.submit``), within the key's handling."""
+
+    async def action_submit(self) -> None:
+        bar = self.parent
+        if isinstance(bar, PromptBar):
+            bar.submit(self.value)
+        else:  # pragma: no cover - the input lives in a bar
+            await super().action_submit()
 
 
 @runtime_checkable
@@ -64,7 +79,7 @@ class PromptBar(Vertical):
         self._error = Label("", classes="error", id="prompt-error")
         self._candidates = Label("", classes="candidates", id="prompt-candidates")
         self._candidates.display = False
-        self._input = Input(id="prompt-input")
+        self._input = _PromptInput(id="prompt-input")
         self._input.can_focus = False  # while hidden: a screen's auto focus must not land in it
         self._check: Check | None = None
         self._then: Callable[[str | None], object] | None = None
@@ -82,13 +97,13 @@ class PromptBar(Vertical):
         if event.value or self.candidates_shown:  # an empty line lists the verbs on tab only
             self._show_candidates(task_keys=False)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        error = self._check(event.value) if self._check else None
+    def submit(self, value: str) -> None:
+        """Enter: the line to the asker, unless ``check`` refuses it (the error line says why)."""
+        error = self._check(value) if self._check else None
         if error:
             self._error.update(Text(error))  # it quotes what was typed: text, not markup
             return
-        self.close(event.value)
+        self.close(value)
 
     # -- actions -----------------------------------------------------------------------------------
     def action_cancel(self) -> None:
