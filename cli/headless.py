@@ -178,9 +178,52 @@ async def _watch(engine: Engine, console: Console, live: bool) -> RunReport:
                 outages.see(snap)
                 view.update(render_snapshot(snap))
     else:
+        progress = ProgressLines(console)
         async for snap in engine.publisher.stream():
             outages.see(snap)
+            progress.see(snap)
     return await engine.wait()
+
+
+def progress_line(snap: EngineSnapshot) -> str:
+    """The run in one line, for a log: done of total, rate, device busy and the bottleneck."""
+    c, f = snap.counts, snap.figures
+    total = c.expected or c.total
+    share = f" ({c.finished / total:.0%})" if total else ""
+    busy = f"device busy {f.device_busy:.0%}"
+    neck = f.bottleneck.removeprefix("bottleneck: ") if f.bottleneck else ""
+    return (f"{snap.pipeline}: {c.finished:,}/{total:,} finished{share}, {c.failed:,} failed, "
+            f"{f.recent_tasks_s:,.0f} tasks/s, {busy}" + (f"; bottleneck: {neck}" if neck else ""))
+
+
+class ProgressLines:
+    """Headless output where stdout is not a terminal (a CI log, a file): one line every
+    ``EVERY_S`` or per ``STEP`` of the run, whichever is rarer, and at least one every
+    ``AT_LEAST_S`` so that a run that holds still still says so. Before (issue 29), nothing came
+    between the start note and the final table, however long the run."""
+
+    EVERY_S = 10.0
+    STEP = 0.05
+    AT_LEAST_S = 60.0
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._t: float | None = None
+        self._done = 0
+
+    def see(self, snap: EngineSnapshot) -> None:
+        if snap.status != "running":
+            return
+        c = snap.counts
+        if self._t is None:  # the clock starts with the first snapshot: the start note came just before
+            self._t = snap.t
+            return
+        since = snap.t - self._t
+        total = c.expected or c.total
+        moved = (c.finished - self._done) / total if total else 1.0
+        if since >= self.AT_LEAST_S or (since >= self.EVERY_S and moved >= self.STEP):
+            self._t, self._done = snap.t, c.finished
+            self._console.print(progress_line(snap), markup=False, highlight=False, soft_wrap=True)
 
 
 class OutageLines:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -365,3 +366,23 @@ def test_a_sigterm_while_the_run_starts_exits_4_with_a_report(tmp_path: Path) ->
     report = _report(tmp_path)
     assert report["status"] == "stopped" and report["stopped_by"] == "signal"
     assert "Traceback" not in err
+
+
+def test_headless_into_a_log_says_how_the_run_goes_as_it_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 29: with stdout not a terminal (a CI log), nothing came between the start note and the
+    # final table. Now a line every 10 s or per 5 % of the run, whichever is rarer; here the clock's
+    # part is shortened (the run lasts about 2 s), the rule is the same.
+    from warpdeck.cli.headless import ProgressLines
+    from warpdeck.cli.main import main
+
+    monkeypatch.setattr(ProgressLines, "EVERY_S", 0.3)
+    spec = _write(tmp_path, SLOW.format(count=1600))
+    assert main(["run", str(spec), "--headless", "--broker", "none", "--run-dir", str(tmp_path / "rd")]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("cli-slow: ") and "/1,600 finished" in ln]
+    assert len(lines) >= 3, out
+    finished = [int(ln.split(": ", 1)[1].split("/")[0].replace(",", "")) for ln in lines]
+    assert finished == sorted(finished) and finished[-1] < 1600
+    assert all(b - a >= 0.05 * 1600 for a, b in itertools.pairwise(finished)), finished  # 5 % apart at least
+    assert all("tasks/s" in ln and "device busy" in ln for ln in lines)
