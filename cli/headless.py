@@ -227,14 +227,21 @@ class ProgressLines:
 
 
 class OutageLines:
-    """One line when an outage begins and one when it ends (or stops the run), whatever the display."""
+    """One line when an outage begins and one when it ends (or stops the run), whatever the display;
+    and one when the control plane stops on an error (its traceback is in the run's log)."""
 
     def __init__(self, console: Console) -> None:
         self._console = console
         self._now: OutageView | None = None
         self._t = 0.0
+        self._plane_told = False
 
     def see(self, snap: EngineSnapshot) -> None:
+        control = snap.control
+        if control is not None and control.stopped and not self._plane_told:
+            self._plane_told = True
+            self._say(f"control plane stopped: {control.error}; workers are no longer heard and other rooms "
+                      "cannot command this run; the run goes on (traceback in the run's log)")
         running = snap.status == "running"
         view, was = snap.outage if running else None, self._now
         if view is not None and was is None:

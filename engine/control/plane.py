@@ -144,6 +144,8 @@ class ControlPlane:
         self.connected = threading.Event()
         self.address: BrokerAddress | None = settings.broker
         self.error = ""
+        #: Stopped on an error for the rest of the run (``view().stopped``; the room says so at once).
+        self.stopped = False
         #: The monitor's view of every worker, replaced whole after each tick (read from any thread).
         self.workers: tuple[WorkerStatus, ...] = ()
         self._client: Any = None
@@ -202,6 +204,7 @@ class ControlPlane:
             workers_signed=self.settings.secret is not None,
             workers_lost=counted.workers_lost,
             workers_forgotten=counted.forgotten,
+            stopped=self.stopped,
         )
 
     @property
@@ -231,14 +234,22 @@ class ControlPlane:
                 )
                 self.heartbeaters[wid] = heart
                 heart.start()
-            ticker = asyncio.create_task(self._tick_loop(stopping))
+            # The tick (the monitor, the lag, the views) and the connection live and die together: a
+            # tick that raised used to end alone, unseen, while the connection went on (issue 29).
+            ticker = asyncio.create_task(self._tick_loop(stopping), name="wd-plane-tick")
+            connect = asyncio.create_task(self._connect_loop(stopping), name="wd-plane-connect")
             try:
-                await self._connect_loop(stopping)
+                await asyncio.wait([ticker, connect], return_when=asyncio.FIRST_COMPLETED)
+                if ticker.done() and not ticker.cancelled() and ticker.exception() is not None:
+                    ticker.result()  # the tick's error is the plane's: raised, the connection ends below
+                await asyncio.shield(connect)  # a tick ended by the stop: the connection says goodbye
             finally:
-                await cancel_and_wait([ticker])
+                await cancel_and_wait([ticker, connect])
         except Exception as exc:  # noqa: BLE001 - the engine runs on without a control plane
             self.error = f"{type(exc).__name__}: {exc}"
-            _log.warning("control plane stopped: %s", self.error)
+            self.stopped = True
+            # With its traceback: one line was all the log kept when the plane died mid-run (issue 29).
+            _log.error("control plane stopped: %s", self.error, exc_info=exc)
         finally:
             await asyncio.gather(*(asyncio.to_thread(h.stop) for h in self.heartbeaters.values()))
             if self._broker is not None:

@@ -281,6 +281,9 @@ class ControlView:
     #: the monitor's ``forget_after_s``, or to make room under its ``max_workers``).
     workers_lost: int = 0
     workers_forgotten: int = 0
+    #: The plane stopped on an error (``error`` says which) and will not come back this run: no
+    #: worker is heard, no command from another room arrives; the run goes on.
+    stopped: bool = False
 
     def __post_init__(self) -> None:
         set_read_only(self, "commands_refused", "dropped")

@@ -13,7 +13,7 @@ from wd_stages import DISK_FULL
 from wd_tui import engine_app, slow_spec, until
 
 from warpdeck.engine.api import parse_spec
-from warpdeck.tui.widgets.outage_banner import OutageBanner
+from warpdeck.tui.widgets.alert_banner import AlertBanner
 
 REASON = "sink: no space left on device (/data/outputs/)"
 
@@ -32,7 +32,7 @@ def _spec():
 
 
 def _banner_shown(app) -> bool:  # type: ignore[no-untyped-def]
-    return any(b.display for b in app.screen.query(OutageBanner))
+    return any(b.display for b in app.screen.query(AlertBanner))
 
 
 @pytest.mark.parametrize("size", [(150, 42), (60, 30)])

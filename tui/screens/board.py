@@ -40,10 +40,10 @@ from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.main import MainScreen
+from warpdeck.tui.widgets.alert_banner import AlertBanner
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
-from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.task_list import TaskList
@@ -91,7 +91,7 @@ class BoardScreen(MainScreen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar("board")
-        yield OutageBanner()
+        yield AlertBanner()
         with Horizontal(id="columns"):
             # Board order in both layouts: the running column stands where the phases do.
             for cid, title in (COLUMNS[0], COMPACT_COLUMNS[1], *COLUMNS[1:]):

@@ -11,10 +11,10 @@ from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
+from warpdeck.tui.widgets.alert_banner import AlertBanner
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.lane_timeline import LaneTimeline
-from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 
@@ -31,7 +31,7 @@ class TimelineScreen(MainScreen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar("timeline")
-        yield OutageBanner()
+        yield AlertBanner()
         yield LaneTimeline()
         yield FiguresStrip()
         yield KeyFooter()

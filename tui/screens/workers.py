@@ -17,9 +17,9 @@ from warpdeck.engine.api import ControlView, EngineSnapshot
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
+from warpdeck.tui.widgets.alert_banner import AlertBanner
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
-from warpdeck.tui.widgets.outage_banner import OutageBanner
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
@@ -75,7 +75,7 @@ class WorkersScreen(MainScreen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar("workers")
-        yield OutageBanner()
+        yield AlertBanner()
         yield Static("", classes="summary", id="workers-summary")
         yield Static("", classes="summary", id="control-summary")
         log = Static("", id="worker-log")
