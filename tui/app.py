@@ -37,7 +37,7 @@ from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
-from warpdeck.tui.messages import EngineStopped, SnapshotArrived
+from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
 from warpdeck.tui.operations import SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
@@ -105,7 +105,7 @@ class WarpdeckApp(CommandMode, App[int]):
         """Every worker change notified in this room (the workers screen lists the latest)."""
         self.keys_seen = 0
         """Key presses so far: the board holds its snapshot parts back from a key's frame."""
-        self.readonly_note = "read-only" if link.readonly else ""
+        self.readonly_note = getattr(link, "label", "") or ("read-only" if link.readonly else "")
         self.keygate = KeyGate(self, self._route_input)
 
     # -- what may run now --------------------------------------------------------------------------
@@ -260,6 +260,11 @@ class WarpdeckApp(CommandMode, App[int]):
                 self.refresh_bindings()  # the footer offers p resume while paused
             if not self.collector.running:
                 self.call_after_refresh(self.collector.start)
+
+    def on_stream_ended(self, _message: StreamEnded) -> None:
+        label = getattr(self.link, "label", "")
+        if label:  # a replay at the end of its file: it stays on screen, and says it has ended
+            self.readonly_note = f"{label} · end of recording"
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message

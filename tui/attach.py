@@ -35,8 +35,9 @@ from warpdeck.tui.messages import SnapshotArrived
 
 __all__ = ["AttachLink", "link_words", "replay_link"]
 
-#: Silence longer than this (a few frames at 4 Hz) is told instead of the rates.
-_SILENT_S = 2.0
+#: Silence longer than this (a few frames at 4 Hz) is told instead of the rates, and the run's state
+#: is no longer vouched for (``stale_words``).
+SILENT_S = 2.0
 
 
 class AttachLink(_Refusals):
@@ -75,6 +76,17 @@ class AttachLink(_Refusals):
         self.remote.stop()
 
 
+def stale_words(link: LinkView, status: str) -> str | None:
+    """Where an attached room can no longer vouch for the run's state, in words (None: it can):
+    the broker lost, or no telemetry for ``SILENT_S``. Before (issue 29) a room said ``● running …
+    1,835 tasks/s`` for as long as it stayed open after the engine had gone."""
+    if not link.connected:
+        return f"unknown: broker lost (last seen {status})"
+    if link.silent_s is not None and link.silent_s >= SILENT_S:
+        return f"unknown: engine silent {link.silent_s:,.0f}s (last seen {status})"
+    return None
+
+
 def link_words(link: LinkView) -> str:
     """The link in a few words for the status bar: ``⇄ 4.0/s 3.1 KB/s lag 42ms``, then what is
     wrong with it (frames lost, running behind, silent, the broker gone, telemetry refused)."""
@@ -82,7 +94,7 @@ def link_words(link: LinkView) -> str:
         words = "⇄ broker lost: reconnecting"
     elif link.silent_s is None:
         words = "⇄ no telemetry yet"
-    elif link.silent_s >= _SILENT_S:
+    elif link.silent_s >= SILENT_S:
         words = f"⇄ no telemetry for {link.silent_s:,.0f}s"
     else:
         lag = f" lag {_seconds(link.lag_s)}" if link.lag_s is not None else ""
@@ -115,4 +127,5 @@ def replay_link(path: Path, speed: float = 1.0) -> StreamLink:
         raise ValueError(f"{path}: no telemetry in it{why}")
     gaps = [b.t - a.t for a, b in itertools.pairwise(snaps)]
     interval = (sum(gaps) / len(gaps) / speed) if gaps and speed > 0 else 0.0
-    return StreamLink(snaps, interval=max(interval, 0.0))
+    # Said beside the status: a replay must not look like a live run (issue 29).
+    return StreamLink(snaps, interval=max(interval, 0.0), label=f"replay ×{speed:g}")

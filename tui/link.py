@@ -33,7 +33,7 @@ from warpdeck.engine.api import (
     TaskDetail,
     exporting,
 )
-from warpdeck.tui.messages import EngineStopped, SnapshotArrived
+from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
 
 __all__ = ["EngineLink", "Link", "SentCommand", "StreamLink"]
 
@@ -240,8 +240,10 @@ class StreamLink(_Refusals):
     owns_engine = False
 
     def __init__(self, snapshots: Iterable[EngineSnapshot], *, interval: float = 0.0,
-                 details: dict[str, TaskDetail] | None = None) -> None:
+                 details: dict[str, TaskDetail] | None = None, label: str = "") -> None:
         super().__init__(readonly=False)
+        #: What the room says it shows, beside the status (a replay and its speed); "" for none.
+        self.label = label
         self._snapshots = snapshots
         self._interval = interval
         self._details = details or {}
@@ -252,6 +254,7 @@ class StreamLink(_Refusals):
         if self._interval <= 0:
             for snap in self._snapshots:
                 post(SnapshotArrived(snap))
+            post(StreamEnded())
             return
         self._thread = threading.Thread(target=self._play, args=(post,), name="warpdeck-replay", daemon=True)
         self._thread.start()
@@ -261,6 +264,7 @@ class StreamLink(_Refusals):
             if self._stop.wait(self._interval):
                 return
             post(SnapshotArrived(snap))
+        post(StreamEnded())
 
     async def send(self, cmd: Command) -> CommandResult:
         result = CommandResult(False, 0, "replay: no engine to command")

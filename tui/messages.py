@@ -14,7 +14,7 @@ from textual.message import Message
 from warpdeck.engine.api import EngineSnapshot, RunReport
 from warpdeck.tui.worker_changes import same_workers
 
-__all__ = ["EngineStopped", "SnapshotArrived"]
+__all__ = ["EngineStopped", "SnapshotArrived", "StreamEnded"]
 
 
 class SnapshotArrived(Message):
@@ -37,3 +37,7 @@ class EngineStopped(Message):
         super().__init__()
         self.report = report
         self.error = error
+
+
+class StreamEnded(Message):
+    """A stream of snapshots (a replayed recording) has played to its end: nothing more will come."""

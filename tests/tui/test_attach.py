@@ -4,6 +4,8 @@ as the engine itself, and its keys send signed commands the engine applies."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from wd_tui import SIZE, until
 
 from warpdeck.engine.api import LinkView, Pause
 from warpdeck.tui.app import WarpdeckApp
-from warpdeck.tui.attach import AttachLink, link_words, replay_link
+from warpdeck.tui.attach import AttachLink, link_words, replay_link, stale_words
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.status_bar import StatusBar
@@ -50,6 +52,9 @@ async def test_attached_counts_match_the_engine_and_keys_command_it(mosquitto: M
     app2 = WarpdeckApp(replay, screenshot_dir=tmp_path)
     async with app2.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app2.snapshot is not None and app2.snapshot.counts.done > 0)
+        bar = app2.screen.query_one(StatusBar)
+        assert "replay ×50" in str(bar.render())  # noqa: RUF001 - the sign shown; never taken for a live run
+        await until(pilot, lambda: "replay ×50 · end of recording" in str(bar.render()), 30)  # noqa: RUF001
     replay.stop()
 
 
@@ -95,3 +100,32 @@ def test_a_recording_of_another_telemetry_version_is_refused_by_name(tmp_path: P
     old.write_text('{"kind": "telemetry", "v": 1, "seq": 1}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="telemetry schema version 1, this build speaks 2"):
         replay_link(old)
+
+
+async def test_an_attached_room_does_not_vouch_for_an_engine_it_no_longer_hears(mosquitto: Mosquitto,
+                                                                               tmp_path: Path) -> None:
+    # Issue 29: a room said "● running … 1,835 tasks/s" for as long as it stayed open after its
+    # engine had gone. Here the broker is frozen (SIGSTOP): no telemetry arrives, and within a few
+    # seconds the room says the state is unknown and since when, then running again when it thaws.
+    with EngineThread(slow_spec("attach-silent"), mosquitto.address, secret=SECRET):
+        link = AttachLink(mosquitto.address, "attach-silent", secret=SECRET, readonly=True)
+        app = WarpdeckApp(link, screenshot_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            bar = app.screen.query_one(StatusBar)
+            await until(pilot, lambda: "● running" in str(bar.render()))
+            os.kill(mosquitto.proc.pid, signal.SIGSTOP)
+            try:
+                await until(pilot, lambda: "? unknown: engine silent" in str(bar.render()), 15)
+                assert "(last seen running)" in str(bar.render()) and "● running" not in str(bar.render())
+            finally:
+                os.kill(mosquitto.proc.pid, signal.SIGCONT)
+            await until(pilot, lambda: "● running" in str(bar.render()), 30)
+        link.stop()
+
+
+def test_a_link_that_is_lost_or_silent_leaves_the_state_unknown() -> None:
+    assert stale_words(_STEADY, "running") is None
+    assert stale_words(LinkView(True, 0.0, 0.0, 0.05, 0.0, 2.4, 0), "paused") == \
+        "unknown: engine silent 2s (last seen paused)"
+    assert stale_words(LinkView(False, 0.0, 0.0, 0.05, 0.0, 0.5, 0), "running") == \
+        "unknown: broker lost (last seen running)"

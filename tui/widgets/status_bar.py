@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot, EngineStatus
 from warpdeck.tui.app_access import warpdeck_app
-from warpdeck.tui.attach import link_words
+from warpdeck.tui.attach import link_words, stale_words
 from warpdeck.tui.fit import Part, count_forms, fit_parts
 
 __all__ = ["StatusBar", "run_state"]
@@ -32,6 +32,9 @@ def run_state(snap: EngineSnapshot) -> tuple[str, str]:
     """The run's state as a glyph and words: what it is doing now, not only what it was started as."""
     if snap.finished or snap.status == "stopped":
         return _ENDED.get(snap.status, "■"), snap.status
+    stale = stale_words(snap.link, snap.status) if snap.link is not None else None
+    if stale is not None:  # attached, and the engine no longer heard: its state is not known
+        return "?", stale
     if snap.outage is not None:
         return "⚠", "outage: holding"
     if snap.feeder.state == "paused":
