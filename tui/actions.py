@@ -61,6 +61,10 @@ def describe_task(key: str, detail: TaskDetail | None) -> str:
     return f"{key} ({state})"
 
 
+#: A task in one of these states has ended: there is nothing to cancel.
+_ENDED = frozenset({"done", "failed", "cancelled"})
+
+
 class PipelineActions(_Base):
     """Mixed into the app: ``action_*`` for every command key."""
 
@@ -153,9 +157,13 @@ class PipelineActions(_Base):
         """Ask, then cancel the named tasks; unknown ids are answered at once."""
         found = await self.details(dict.fromkeys(keys))
         unknown = [k for k, d in found.items() if d is None]
-        known = tuple(k for k, d in found.items() if d is not None)
+        ended = [k for k, d in found.items() if d is not None and d.state in _ENDED]
+        known = tuple(k for k, d in found.items() if d is not None and d.state not in _ENDED)
         if unknown:
             self.notify("no task " + ", ".join(repr(k) for k in unknown), severity="warning", timeout=5)
+        if ended:  # asking to cancel a task that has ended would confirm nothing
+            self.notify(", ".join(f"{k} is {found[k].state}" for k in ended[:6]) + (  # type: ignore[union-attr]
+                f" and {len(ended) - 6} more" if len(ended) > 6 else "") + ": nothing to cancel", timeout=5)
         if not known:
             return
 

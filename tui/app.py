@@ -38,7 +38,7 @@ from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
-from warpdeck.tui.operations import SCREENS, asks_first, operation
+from warpdeck.tui.operations import KEYS, SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
 from warpdeck.tui.screens.confirm import ConfirmScreen
@@ -113,7 +113,33 @@ class WarpdeckApp(CommandMode, App[int]):
         if action in _ASKS_FIRST and self.prompt_open:
             return False  # a prompt has the keyboard: nothing that asks to destroy work opens over it
         op = operation(action)
+        if op is not None and op.commands and self.command_refusal() is not None:
+            return False  # not offered (the key, if pressed, says why: ``_refused_key``)
         return op is None or op.when is None or op.when(self)
+
+    def command_refusal(self) -> str | None:
+        """Why this room cannot command its engine now (read-only, a replay, the run over), or None."""
+        if self.link.readonly:
+            return getattr(self.link, "readonly_reason", "read-only: commands are off")
+        snap = self.snapshot
+        if self.stopped is not None or (snap is not None and (snap.finished or snap.status == "stopped")):
+            return "the run has ended: there is nothing to command"
+        return None
+
+    def _refused_key(self, event: events.Key) -> bool:
+        """A key bound to a command this room cannot send now: said why (and not routed)."""
+        if self.prompt_open or self.screen.name not in SCREENS:
+            return False
+        why = self.command_refusal()
+        if why is None:
+            return False
+        for key in KEYS:
+            op = operation(key.action.partition("(")[0])
+            if (op is not None and op.commands and key.scope in ("app", self.screen.name)
+                    and event.key in key.keys.split(",")):
+                self.notify(why, severity="warning", timeout=4)
+                return True
+        return False
 
     @property
     def prompt_open(self) -> bool:
@@ -212,6 +238,8 @@ class WarpdeckApp(CommandMode, App[int]):
         if isinstance(event, events.Key):
             self.collector.key_pressed()
             self.keys_seen += 1
+            if self._refused_key(event):
+                return
         elif self._paste_opens_prompt(event):
             return
         await super().on_event(event)
@@ -254,10 +282,10 @@ class WarpdeckApp(CommandMode, App[int]):
         self._paint_timer = None
         if self._pending is not None:
             self._last_paint = time.monotonic()
-            was_paused = self.paused
+            was = (self.paused, self.command_refusal())
             self.snapshot, self._pending = self._pending, None
-            if self.paused != was_paused:
-                self.refresh_bindings()  # the footer offers p resume while paused
+            if (self.paused, self.command_refusal()) != was:
+                self.refresh_bindings()  # the footer offers p resume while paused, no command after the run
             if not self.collector.running:
                 self.call_after_refresh(self.collector.start)
 
@@ -268,6 +296,7 @@ class WarpdeckApp(CommandMode, App[int]):
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message
+        self.refresh_bindings()  # nothing left to command
         if message.error:
             self.notify(message.error.splitlines()[-1], title="the engine stopped with an error",
                         severity="error", timeout=30)

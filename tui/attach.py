@@ -47,7 +47,10 @@ class AttachLink(_Refusals):
 
     def __init__(self, address: BrokerAddress, pipeline: str, *, secret: bytes | None = None,
                  readonly: bool = False, record: Path | None = None) -> None:
-        super().__init__(readonly=readonly)
+        readonly = readonly or secret is None
+        why = ("read-only: no command secret (attach with --secret-file or $WARPDECK_SECRET)" if secret is None
+               else "read-only: attached with --readonly")
+        super().__init__(readonly=readonly, readonly_reason=why)
         self.remote = RemoteEngine(address, pipeline, secret=None if readonly else secret, record=record)
 
     @property

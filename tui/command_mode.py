@@ -27,6 +27,7 @@ class CommandMode(PipelineActions):
     # The app's:
     set_filter: Callable[[str | None], None]
     action_screen: Callable[[str], None]
+    command_refusal: Callable[[], str | None]
 
     @property
     def theme_names(self) -> list[str]:
@@ -36,8 +37,11 @@ class CommandMode(PipelineActions):
     async def run_command(self, cmd: Parsed) -> None:
         """Carry out one parsed command-mode line."""
         verb = VERBS[cmd.verb]
+        refused = self.command_refusal() if (op := operation(verb.action)) is not None and op.commands else None
+        if refused is not None:
+            self.notify(refused, severity="warning", timeout=4)
+            return
         if verb.run is None:
-            op = operation(verb.action)
             if op is not None and op.when is not None and not op.when(self):
                 self.notify(op.otherwise or f"{cmd.verb}: not now", timeout=4)  # the same words as the engine's
                 return

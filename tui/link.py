@@ -79,10 +79,12 @@ class _Refusals:
     readonly: bool = False
     journaled: bool = False
     sent: list[SentCommand] = field(default_factory=list)
+    #: Why commands are off, in words the room shows (``read-only: no command secret …``).
+    readonly_reason: str = "read-only: commands are off"
 
     def refuse(self, cmd: Command) -> CommandResult | None:
         if self.readonly:
-            result = CommandResult(False, 0, "read-only: commands are off")
+            result = CommandResult(False, 0, self.readonly_reason)
             self.sent.append(SentCommand(cmd, result))
             return result
         return None
@@ -241,7 +243,7 @@ class StreamLink(_Refusals):
 
     def __init__(self, snapshots: Iterable[EngineSnapshot], *, interval: float = 0.0,
                  details: dict[str, TaskDetail] | None = None, label: str = "") -> None:
-        super().__init__(readonly=False)
+        super().__init__(readonly=False, readonly_reason="replay: no engine to command")
         #: What the room says it shows, beside the status (a replay and its speed); "" for none.
         self.label = label
         self._snapshots = snapshots
@@ -267,7 +269,7 @@ class StreamLink(_Refusals):
         post(StreamEnded())
 
     async def send(self, cmd: Command) -> CommandResult:
-        result = CommandResult(False, 0, "replay: no engine to command")
+        result = CommandResult(False, 0, self.readonly_reason)
         self.sent.append(SentCommand(cmd, result))
         return result
 

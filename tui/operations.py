@@ -99,6 +99,9 @@ class Operation:
     when: Callable[[CommandMode], bool] | None = None
     #: What a verb answers when ``when`` does not hold (``already paused``): it never goes unanswered.
     otherwise: str = ""
+    #: Sends the engine a command: offered only while the room may command a running engine (not
+    #: read-only, not after the run), and refused with the reason otherwise (``command_refusal``).
+    commands: bool = False
     #: Its keys work over the help and a task's detail too, which hide the app's keys.
     while_reading: bool = False
 
@@ -107,32 +110,33 @@ class Operation:
 OPERATIONS: tuple[Operation, ...] = (
     Operation("pause", "Pipeline", (Key("p", "Pause: no new batches start", footer=True, short="pause"),),
               Verb("pause", "", "stop starting batches"), undoable=True, when=lambda app: not app.paused,
-              otherwise="already paused"),
+              otherwise="already paused", commands=True),
     # One key, two operations: the footer offers the one that applies now.
     Operation("resume", "Pipeline", (Key("p", "Resume: batches start again", footer=True, short="resume"),),
               Verb("resume", "", "start batches again"), undoable=True, when=lambda app: app.paused,
-              otherwise="not paused: nothing to resume"),
+              otherwise="not paused: nothing to resume", commands=True),
     Operation("drain", "Pipeline", (Key("d", "Drain: admit nothing more, finish what is admitted"),),
-              Verb("drain", "", "admit nothing more, finish what is admitted (asks)"), asks=True),
+              Verb("drain", "", "admit nothing more, finish what is admitted (asks)"), asks=True, commands=True),
     Operation("cancel_task", "Pipeline",
               (Key("x", "Cancel the highlighted task", footer=True, short="cancel"),),
               Verb("cancel", "keys", "cancel the named tasks (asks; a task not admitted yet is cancelled when it is)",
-                   lambda app, keys: app.cancel_tasks(keys)), asks=True),
+                   lambda app, keys: app.cancel_tasks(keys)), asks=True, commands=True),
     Operation("cancel_all", "Pipeline", (Key("X", "Cancel every unfinished task (type the pipeline's name)"),),
-              Verb("cancel-all", "", "cancel every unfinished task (asks for the pipeline's name)"), asks=True),
+              Verb("cancel-all", "", "cancel every unfinished task (asks for the pipeline's name)"), asks=True,
+              commands=True),
     Operation("retry_failed", "Pipeline",
               (Key("r", "Retry failed tasks (the highlighted one on its own)", footer=True, short="retry"),),
               Verb("retry", "keys?", "retry failed tasks: all, or the named ones",
-                   lambda app, keys: app.send(RetryFailed(keys=keys)))),
+                   lambda app, keys: app.send(RetryFailed(keys=keys))), commands=True),
     Operation("requeue_stalled", "Pipeline", (Key("R", "Requeue stalled tasks to the front"),),
-              Verb("requeue", "", "requeue stalled tasks to the front")),
+              Verb("requeue", "", "requeue stalled tasks to the front"), commands=True),
     Operation("depth", "Pipeline",
               (Key("plus,equals_sign", "Prefetch depth up (auto tuning off)", "1", display="+"),
                Key("minus", "Prefetch depth down (auto tuning off)", "-1", display="-")),
               Verb("depth", "int", "set the prefetch depth of every lane (2..64; auto tuning off)",
-                   lambda app, n: app.set_depth(int(n[0]))), undoable=True),
+                   lambda app, n: app.set_depth(int(n[0]))), undoable=True, commands=True),
     Operation("undo", "Pipeline", (Key("u", "Undo the last reversible action (again: the one before)"),),
-              Verb("undo", "", "undo the last reversible action (again: the one before)")),
+              Verb("undo", "", "undo the last reversible action (again: the one before)"), commands=True),
     Operation("cursor_down", "Task list", (Key("j,down", "Next task", palette=False),), scope="list"),
     Operation("cursor_up", "Task list", (Key("k,up", "Previous task", palette=False),), scope="list"),
     Operation("first", "Task list", (Key("g,home", "First task", palette=False),), scope="list"),
@@ -164,9 +168,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("quarantine", "Workers",
               (Key("z", "Quarantine the highlighted worker, or release it (undoable)"),),
               Verb("quarantine", "worker", "give a worker no new batches until it is released (asks for the last one)",
-                   lambda app, wid: app.quarantine(wid[0])), scope="workers", undoable=True),
+                   lambda app, wid: app.quarantine(wid[0])), scope="workers", undoable=True, commands=True),
     Operation("release", verb=Verb("release", "worker", "give a quarantined worker batches again",
-                                   lambda app, wid: app.quarantine(wid[0], release=True)), undoable=True),
+                                   lambda app, wid: app.quarantine(wid[0], release=True)), undoable=True,
+              commands=True),
     Operation("follow", "View", (Key("f", "Follow the newest or freeze the view"),),
               Verb("follow", "", "toggle following the newest")),
     Operation("next_theme", "View", (Key("t", "Next theme"),)),

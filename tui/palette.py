@@ -15,8 +15,12 @@ class KeyCommands(Provider):
     """Offers each palette key of the app, and those of the current screen, as a command."""
 
     def _keys(self) -> list[Key]:
+        """The keys to offer: this screen's and the app's, less what the run's state and the room's
+        mode do not allow now (``check_action``: a read-only room offers no command)."""
         screen = self.screen.name or ""
-        return [k for k in KEYS if k.palette and k.scope in ("app", screen)]
+        app = self.app
+        return [k for k in KEYS if k.palette and k.scope in ("app", screen)
+                and app.check_action(k.action.partition("(")[0], ()) is not False]
 
     def _run(self, key: Key) -> None:
         target = self.app if key.scope == "app" else self.screen

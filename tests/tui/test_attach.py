@@ -9,14 +9,16 @@ import signal
 from pathlib import Path
 
 import pytest
+from textual.widgets._footer import FooterKey
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
-from wd_tui import SIZE, until
+from wd_tui import SIZE, burst, notes, until
 
 from warpdeck.engine.api import LinkView, Pause
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.attach import AttachLink, link_words, replay_link, stale_words
 from warpdeck.tui.link import StreamLink
+from warpdeck.tui.screens.confirm import ConfirmScreen
 from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.status_bar import StatusBar
 
@@ -58,16 +60,27 @@ async def test_attached_counts_match_the_engine_and_keys_command_it(mosquitto: M
     replay.stop()
 
 
-async def test_readonly_attach_sends_nothing(mosquitto: Mosquitto, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("secret", "why"), [
+    (SECRET, "read-only: attached with --readonly"),
+    (None, "read-only: no command secret (attach with --secret-file or $WARPDECK_SECRET)"),
+], ids=["--readonly", "no-secret"])
+async def test_a_readonly_room_offers_no_command_and_says_why_when_one_is_tried(
+        mosquitto: Mosquitto, tmp_path: Path, secret: bytes | None, why: str) -> None:
+    # Issue 29: a read-only room offered pause, cancel and retry, and opened the drain and cancel-all
+    # questions before refusing.
     with EngineThread(slow_spec("attach-ro"), mosquitto.address, secret=SECRET) as et:
-        link = AttachLink(mosquitto.address, "attach-ro", secret=SECRET, readonly=True)
+        link = AttachLink(mosquitto.address, "attach-ro", secret=secret, readonly=secret is not None)
         app = WarpdeckApp(link, screenshot_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.snapshot is not None)
-            await pilot.press("p")
-            await until(pilot, lambda: bool(link.sent))
-            assert not link.sent[0].result.ok and "read-only" in link.sent[0].result.message
-            assert not et.engine.feeder.paused  # type: ignore[union-attr]
+            footer = {k.description for k in app.screen.query(FooterKey)}
+            assert not footer & {"pause", "cancel", "retry"} and "filter" in footer, footer
+            for key in ("p", "d", "X", "x", "r", "plus", "u"):
+                await pilot.press(key)
+                assert not isinstance(app.screen, ConfirmScreen), key  # no question it would refuse
+            burst(app, ":pause\r")
+            await until(pilot, lambda: sum(n == why for n in notes(app)) >= 8)  # each one answered, why
+            assert link.sent == [] and not et.engine.feeder.paused  # type: ignore[union-attr]
         link.stop()
 
 

@@ -19,6 +19,7 @@ from warpdeck.tui.screens.detail import DetailScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.prompt_bar import PromptBar
+from warpdeck.tui.widgets.task_list import TaskList
 
 
 def bar_error(app: WarpdeckApp) -> str:
@@ -281,3 +282,32 @@ async def test_undoing_a_release_of_the_last_worker_asks_as_quarantining_it_does
         burst(app, "y")
         await until(pilot, lambda: app.snapshot.workers[0].state == "quarantined")
         assert len(app.undo_stack) == 1  # the quarantine's own undo (release) is next
+
+
+async def test_after_the_run_no_command_is_offered_and_each_says_why(tmp_path: Path) -> None:
+    # Issue 29: pause, cancel and retry were offered after the run had ended.
+    async with engine_app(tmp_path, slow_spec(count=64, stage="wd_stages:sleep_2ms")) as (app, pilot, link):
+        await until(pilot, lambda: app.snapshot.finished, 30)
+        await pilot.pause()
+        footer = {k.description for k in app.screen.query(FooterKey)}
+        assert not footer & {"pause", "cancel", "retry"} and "quit" in footer, footer
+        seen = note_ids(app)
+        burst(app, "p")
+        burst(app, ":drain\r")
+        await until(pilot, lambda: sum("the run has ended" in n for n in notes_since(app, seen)) == 2)
+        assert commands(link) == [] and not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_x_on_a_task_that_has_ended_asks_nothing(tmp_path: Path) -> None:
+    # Issue 29: x on a done task asked to cancel it.
+    async with engine_app(tmp_path) as (app, pilot, link):
+        done = app.screen.query_one("#list-finished", TaskList)
+        await until(pilot, lambda: done.count > 0)
+        done.focus()
+        await pilot.pause()
+        key = done.current_key
+        assert key is not None
+        seen = note_ids(app)
+        burst(app, "x")
+        await until(pilot, lambda: any(n == f"{key} is done: nothing to cancel" for n in notes_since(app, seen)))
+        assert not isinstance(app.screen, ConfirmScreen) and commands(link) == []

@@ -222,11 +222,13 @@ def test_a_question_takes_only_keys_typed_once_it_showed(tmp_path: Path) -> None
     pane = Pane(f"{warpdeck} demo --count 200000 --run-dir {tmp_path / 'run'}; echo EXIT=$?; sleep 30", tmp_path)
     try:
         pane.wait_for("● running")
-        pane.keys("p")  # paused: the queued tasks stay queued while the test reads one
-        screen = pane.wait_for("paused")
-        queued = re.search(r"○ (syn-\d{8})", screen)
-        assert queued, screen
-        key = queued[1]
+        pane.keys("p")  # paused: the waiting tasks stay waiting (stalled by the operator) while it reads one
+        pane.wait_for("paused")
+        end = time.monotonic() + 20
+        while not (waiting := re.search(r"⏸\S* (syn-\d{8})", pane.text())) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert waiting, pane.text()
+        key = waiting[1]
         pane.keys(f":cancel {key}", "Enter", ":retry", "Enter")  # one send-keys: one burst
         pane.wait_for(f"Cancel {key}")
         time.sleep(1.0)  # whatever the burst held has arrived by now
