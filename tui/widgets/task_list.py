@@ -3,7 +3,9 @@
 The decision this module protects: a column may hold a million tasks, so the list keeps an index
 array into the snapshot (never a widget or a string per task), renders rows on demand through the
 Line API, and keeps the cursor on the same task across snapshots, so refreshes never make the
-selection jump.
+selection jump; and that task in view (issue 29): when rows come or go above it the view moves
+with it, and a scroll brings the highlight along, so x and Enter never act on a task off screen.
+A list nobody has moved in (the highlight on its first row, at the top) keeps showing its head.
 
 A repaint costs per line, not per task, and most of a snapshot's changes are off screen: ``show``
 compares what each visible line would show (the row and its state, phase, stall, attempt, age and
@@ -106,11 +108,21 @@ class TaskList(ScrollView, can_focus=True):
         self._snap = snap
         self._rows = rows
         self._stall_age = {s.key: s.stalled_s for s in snap.stalled} if snap.stalled else {}
+        line = self.cursor - self.scroll_offset.y  # where the highlighted task is drawn now
+        # A list nobody has moved in (highlight on the first row, at the top) keeps showing its head
+        # as rows come and go; one the user moved in keeps the task they chose, in view.
+        at_head = self.cursor == 0 and self.scroll_offset.y == 0
         self._set_length(len(rows))
         if self._cursor_row >= 0 and len(rows):
             hit = np.flatnonzero(rows == self._cursor_row)
-            new = int(hit[0]) if len(hit) else min(self.cursor, len(rows) - 1)
+            new = 0 if at_head else int(hit[0]) if len(hit) else min(self.cursor, len(rows) - 1)
             self.set_reactive(TaskList.cursor, new)
+            if 0 <= line < self.size.height and new - line != self.scroll_offset.y:
+                # The task moved in the list (rows came or went above it): the view moves with it,
+                # so the highlighted task stays where it was seen. Before (issue 29) it stayed on
+                # its task while thousands of rows arrived above, off screen, where x and Enter
+                # still acted on it.
+                self.scroll_to(y=new - line, animate=False, immediate=True)
         elif len(rows) == 0:
             self.set_reactive(TaskList.cursor, 0)
         self._cursor_row = int(rows[self.cursor]) if len(rows) else -1
@@ -216,6 +228,14 @@ class TaskList(ScrollView, can_focus=True):
     # -- watchers --------------------------------------------------------------------------------
     def validate_cursor(self, value: int) -> int:
         return max(0, min(value, len(self._rows) - 1)) if len(self._rows) else 0
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        # Scrolled by the wheel or the scrollbar: the highlight comes along, so no key acts on a
+        # task the list no longer shows.
+        top, height = int(new), self.scrollable_content_region.height
+        if height > 0 and len(self._rows) and not top <= self.cursor < top + height:
+            self.cursor = min(max(self.cursor, top), top + height - 1)
 
     def watch_cursor(self, _old: int, new: int) -> None:
         self._cursor_row = int(self._rows[new]) if len(self._rows) else -1
