@@ -8,6 +8,7 @@ first snapshot is painted, full garbage collections wait for the keyboard to go 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -18,7 +19,7 @@ from typing import ClassVar
 
 from textual import events
 from textual.actions import ActionParseResult
-from textual.app import App, SystemCommand
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import BindingType
 from textual.dom import DOMNode
 from textual.notifications import SeverityLevel
@@ -285,9 +286,15 @@ class WarpdeckApp(CommandMode, App[int]):
             was = (self.paused, self.command_refusal())
             self.snapshot, self._pending = self._pending, None
             if (self.paused, self.command_refusal()) != was:
-                self.refresh_bindings()  # the footer offers p resume while paused, no command after the run
+                self._offer_again()  # the footer offers p resume while paused, no command after the run
             if not self.collector.running:
                 self.call_after_refresh(self.collector.start)
+
+    def _offer_again(self) -> None:
+        """Have the footer and palette look again at what may run now; not while the app closes
+        (the engine's end can arrive after the last screen has gone)."""
+        with contextlib.suppress(ScreenStackError):
+            self.refresh_bindings()
 
     def on_stream_ended(self, _message: StreamEnded) -> None:
         label = getattr(self.link, "label", "")
@@ -296,7 +303,7 @@ class WarpdeckApp(CommandMode, App[int]):
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message
-        self.refresh_bindings()  # nothing left to command
+        self._offer_again()  # nothing left to command
         if message.error:
             self.notify(message.error.splitlines()[-1], title="the engine stopped with an error",
                         severity="error", timeout=30)
