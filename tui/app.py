@@ -39,7 +39,7 @@ from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
-from warpdeck.tui.operations import KEYS, SCREENS, asks_first, operation
+from warpdeck.tui.operations import COMMAND_KEYS, SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
 from warpdeck.tui.screens.confirm import ConfirmScreen
@@ -119,7 +119,7 @@ class WarpdeckApp(CommandMode, App[int]):
         return op is None or op.when is None or op.when(self)
 
     def command_refusal(self) -> str | None:
-        """Why this room cannot command its engine now (read-only, a replay, the run over), or None."""
+        """Why this room cannot command its engine now (read-only, or the run over), or None."""
         if self.link.readonly:
             return getattr(self.link, "readonly_reason", "read-only: commands are off")
         snap = self.snapshot
@@ -131,16 +131,16 @@ class WarpdeckApp(CommandMode, App[int]):
         """A key bound to a command this room cannot send now: said why (and not routed)."""
         if self.prompt_open or self.screen.name not in SCREENS:
             return False
-        why = self.command_refusal()
-        if why is None:
+        if not {("app", event.key), (self.screen.name, event.key)} & COMMAND_KEYS:
             return False
-        for key in KEYS:
-            op = operation(key.action.partition("(")[0])
-            if (op is not None and op.commands and key.scope in ("app", self.screen.name)
-                    and event.key in key.keys.split(",")):
-                self.notify(why, severity="warning", timeout=4)
-                return True
-        return False
+        return self.said_refused()
+
+    def said_refused(self) -> bool:
+        """If this room cannot command now, say why (True); else False."""
+        why = self.command_refusal()
+        if why is not None:
+            self.notify(why, severity="warning", timeout=4)
+        return why is not None
 
     @property
     def prompt_open(self) -> bool:

@@ -27,7 +27,7 @@ class CommandMode(PipelineActions):
     # The app's:
     set_filter: Callable[[str | None], None]
     action_screen: Callable[[str], None]
-    command_refusal: Callable[[], str | None]
+    said_refused: Callable[[], bool]
 
     @property
     def theme_names(self) -> list[str]:
@@ -37,9 +37,8 @@ class CommandMode(PipelineActions):
     async def run_command(self, cmd: Parsed) -> None:
         """Carry out one parsed command-mode line."""
         verb = VERBS[cmd.verb]
-        refused = self.command_refusal() if (op := operation(verb.action)) is not None and op.commands else None
-        if refused is not None:
-            self.notify(refused, severity="warning", timeout=4)
+        op = operation(verb.action)
+        if op is not None and op.commands and self.said_refused():
             return
         if verb.run is None:
             if op is not None and op.when is not None and not op.when(self):

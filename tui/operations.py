@@ -20,9 +20,8 @@ from warpdeck.engine.api import RetryFailed
 if TYPE_CHECKING:
     from warpdeck.tui.command_mode import CommandMode
 
-__all__ = ["GROUPS", "KEYS", "OPERATIONS", "SCOPES", "SCREENS", "VERBS", "ArgKind", "Key", "Operation", "Verb",
-           "asks_first", "operation", "undoable_verbs",
-           "while_reading"]
+__all__ = ["COMMAND_KEYS", "GROUPS", "KEYS", "OPERATIONS", "SCOPES", "SCREENS", "VERBS", "ArgKind", "Key",
+           "Operation", "Verb", "asks_first", "operation", "undoable_verbs", "while_reading"]
 
 #: Where a key works: everywhere, on one screen, or in a focused task list.
 SCOPES = ("app", "board", "list", "workers", "timeline")
@@ -199,6 +198,10 @@ KEYS: tuple[Key, ...] = tuple(sorted(
 VERBS: dict[str, Verb] = {op.verb.name: replace(op.verb, action=op.name) for op in OPERATIONS if op.verb is not None}
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
+
+#: (scope, Textual key name) of every key whose operation commands the engine (``Operation.commands``).
+COMMAND_KEYS: frozenset[tuple[str, str]] = frozenset(
+    (k.scope, name) for k in KEYS if _BY_NAME[k.action.partition("(")[0]].commands for name in k.keys.split(","))
 
 
 def operation(action: str) -> Operation | None:
