@@ -34,6 +34,7 @@ from warpdeck.engine.api import (
     PipelineSpec,
     RunReport,
     exporting,
+    more_lanes_words,
 )
 
 __all__ = ["render_snapshot", "run_headless", "summary_table"]
@@ -50,11 +51,11 @@ def _bar(done: int, total: int, width: int = 30) -> str:
 def render_snapshot(snap: EngineSnapshot) -> Group:
     """One frame of the live view: progress, tasks per phase, lanes, figures."""
     c = snap.counts
-    total = c.expected or c.total
+    total = c.out_of
     f = snap.figures
     head = Text.assemble(
         (f"{snap.pipeline} ", "bold"), (f"[{snap.status}] ", "cyan"), f"{snap.backend} on {snap.device}  ",
-        f"{_bar(c.finished, total)} {c.finished}/{total}  ", (f"{f.recent_tasks_s:,.0f} tasks/s", "green"),
+        f"{_bar(c.finished_all, total)} {c.finished_all}/{total}  ", (f"{f.recent_tasks_s:,.0f} tasks/s", "green"),
     )
     phases = Table.grid(padding=(0, 2))
     for _ in range(len(_PHASES) + 4):
@@ -80,7 +81,7 @@ _BUSY_OK = 0.9
 
 def summary_table(report: RunReport) -> Table:
     """The end-of-run summary."""
-    t = Table(title=f"warpdeck: {report.pipeline} {report.status}", show_header=False, title_justify="left")
+    t = Table(title=f"warpdeck: {report.pipeline} {report.ended}", show_header=False, title_justify="left")
     t.add_column(style="dim")
     t.add_column()
     c = report.counts
@@ -107,7 +108,7 @@ def summary_table(report: RunReport) -> Table:
                     for lane, ph in report.occupancy.items())
     t.add_row("occupancy", occ)
     t.add_row("stalls", "  ".join(f"{k} {v:.2f}s" for k, v in report.stall_s.items() if v) or "none")
-    t.add_row("amdahl ceiling", "  ".join(f"{k}: x{v:.2f}" for k, v in report.amdahl_ceiling.items()))
+    t.add_row("more lanes", more_lanes_words(report.amdahl_ceiling, report.lanes_limit).removeprefix("more lanes: "))
     t.add_row("latency", f"p50 {report.latency_p50_s * 1e3:.1f} ms, p99 {report.latency_p99_s * 1e3:.1f} ms")
     control = report.control
     if control is not None:
@@ -188,11 +189,12 @@ async def _watch(engine: Engine, console: Console, live: bool) -> RunReport:
 def progress_line(snap: EngineSnapshot) -> str:
     """The run in one line, for a log: done of total, rate, device busy and the bottleneck."""
     c, f = snap.counts, snap.figures
-    total = c.expected or c.total
-    share = f" ({c.finished / total:.0%})" if total else ""
+    total = c.out_of
+    share = f" ({c.finished_all / total:.0%})" if total else ""
     busy = f"device busy {f.device_busy:.0%}"
     neck = f.bottleneck.removeprefix("bottleneck: ") if f.bottleneck else ""
-    return (f"{snap.pipeline}: {c.finished:,}/{total:,} finished{share}, {c.failed:,} failed, "
+    earlier = f" ({c.earlier:,} in an earlier run)" if c.earlier else ""
+    return (f"{snap.pipeline}: {c.finished_all:,}/{total:,} finished{share}{earlier}, {c.failed:,} failed, "
             f"{f.recent_tasks_s:,.0f} tasks/s, {busy}" + (f"; bottleneck: {neck}" if neck else ""))
 
 
@@ -219,7 +221,7 @@ class ProgressLines:
             self._t = snap.t
             return
         since = snap.t - self._t
-        total = c.expected or c.total
+        total = c.out_of
         moved = (c.finished - self._done) / total if total else 1.0
         if since >= self.AT_LEAST_S or (since >= self.EVERY_S and moved >= self.STEP):
             self._t, self._done = snap.t, c.finished

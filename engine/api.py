@@ -46,7 +46,7 @@ from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.run.torch_stages import torch_stage
 from warpdeck.engine.state.advice import Advice, BackendAdvice
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
-from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
+from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck, more_lanes_words
 from warpdeck.engine.state.metrics import Figures
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport, not_run
@@ -79,6 +79,7 @@ from warpdeck.engine.state.snapshot import (
     TaskFailure,
     TaskView,
     WorkerView,
+    ended_words,
 )
 from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
 from warpdeck.engine.state.tasks import (
@@ -186,9 +187,11 @@ __all__ = [
     "advise",
     "column_codes",
     "describe_bottleneck",
+    "ended_words",
     "exporting",
     "load_secret",
     "load_spec",
+    "more_lanes_words",
     "not_run",
     "parse_broker",
     "parse_metrics_address",

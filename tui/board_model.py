@@ -79,6 +79,14 @@ class BoardRows:
         """How many of column ``cid``'s tasks its title says are shown (``rows``: its rows)."""
         return self.column(cid)[1] if self.sampled and not self.filtered else len(rows)
 
+    def failed_cancelled(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64]) -> tuple[int, int]:
+        """How many of the finished column's shown ``rows`` failed and were cancelled (a filter's
+        rows are counted; unfiltered, or sampled, they are the column's own counts)."""
+        if not self.filtered:
+            return self.failed, self.cancelled
+        state = snap.tasks.state[rows]
+        return int(np.count_nonzero(state == int(State.FAILED))), int(np.count_nonzero(state == int(State.CANCELLED)))
+
     def column(self, cid: str) -> tuple[npt.NDArray[np.int64], int]:
         """A column's rows and unfiltered count, for either layout's columns: *running* is the
         phase columns' rows one after the other (a few lanes' batches, so joining them is cheap)."""

@@ -44,6 +44,7 @@ class ResumingSource:
         self._state = ResumeState(False, frozenset(), {})
         self._journal: Journal | None = None
         self._excluded = False
+        self._excluded_n = 0
         self.retry_failed = False
         #: Tasks done in an earlier run, not run again.
         self.skipped_done = 0
@@ -72,8 +73,14 @@ class ResumingSource:
         self.retry_failed = retry_failed
         exclude = getattr(self.inner, "exclude", None)
         if state.done and exclude is not None:
-            self.skipped_done = int(exclude(state.done))
+            self.skipped_done = self._excluded_n = int(exclude(state.done))
             self._excluded = True
+
+    @property
+    def finished_before(self) -> int:
+        """Tasks an earlier run finished that this run leaves out: the source's total is this and
+        ``total``."""
+        return (self._excluded_n if self._excluded else len(self._state.done)) + self.outputs_recovered
 
     @property
     def total(self) -> int | None:

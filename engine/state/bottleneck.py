@@ -12,10 +12,15 @@ The decisions this module protects:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["HostThreads", "ThreadCap", "describe_bottleneck"]
+__all__ = ["HostThreads", "ThreadCap", "describe_bottleneck", "more_lanes_words"]
+
+#: Below this speedup more lanes are not worth offering.
+_NO_GAIN = 1.05
+_HELD_BY = {"cores": "the cores are busy", "device": "the device is busy"}
 
 #: Why a host phase has no more threads: still tuned (``tuned``), pinned by the spec, at the
 #: tuner's ``max_workers``, at the CPU budget, shown not to speed up with threads (``saturated``),
@@ -62,3 +67,16 @@ def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | 
     if memory_stall and threads.why == "tuned":
         advice += " (the device waits for inputs meanwhile)"
     return f"{head}; {advice}"
+
+
+def more_lanes_words(amdahl: Mapping[str, float], limit: str) -> str:
+    """What more lanes could give (``Figures.amdahl``: lanes+1, twice the lanes, any number) in
+    words, and what caps it (``Figures.lanes_limit``): ``more lanes: at most 3 → ×1.49, ∞ → ×2.10
+    (the cores are busy)``, or ``more lanes: no gain (the cores are busy)`` where none is worth it."""
+    if not amdahl:
+        return "more lanes: — (no batch done yet)"
+    held = f" ({_HELD_BY[limit]})" if limit in _HELD_BY else ""
+    if max(amdahl.values()) < _NO_GAIN:
+        return f"more lanes: no gain{held or ' (the serial work holds the run)'}"
+    gains = ", ".join(f"{k.removeprefix('p=').replace('inf', '∞')} → ×{v:.2f}" for k, v in amdahl.items())
+    return f"more lanes: at most {gains}{held}"

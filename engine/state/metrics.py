@@ -39,6 +39,9 @@ _COMPUTE = Phase.COMPUTE - 1
 _HOST = {Phase.FILL - 1: 0, Phase.SINK - 1: 1}
 #: A host phase whose CPU time is at least this share of its busy time burns CPU: cores cap it.
 _BURNS = 0.3
+#: Device busy at which the device is the bottleneck, whatever the phases' capacities say (they
+#: are estimates; a device busy this much of the time has no room left for a faster host).
+DEVICE_SATURATED = 0.9
 #: Compute intervals kept unmerged before a merge (a reading merges them too).
 _MERGE_EVERY = 256
 #: Per lane: the fill and the sink threads (the tuner's, engine/run/autotune.py).
@@ -78,12 +81,17 @@ class Figures:
     """1 / sum(mean phase times): no overlap at all."""
     overlap_efficiency: float
     occupancy: LaneFigures
+    """Per lane, the share of each phase's thread time it was busy: busy time over the time its
+    threads were there (a device phase: one stream), from the lane's first batch. At most 1: a sink
+    on two threads, both always busy, is 100%, not 200%."""
     stall_s: NamedFigures
     divergence: int
     max_divergence: int
     serial_fraction: float
     amdahl: NamedFigures
-    """Most speedup more lanes could give over the current count: p = lanes+1, 2x, infinity."""
+    """Most speedup more lanes could give over the current count: p = lanes+1, 2x, infinity.
+    Amdahl's law over the measured serial share, within what the cores and the device leave
+    (``lanes_limit``): more lanes never share more cores or devices than there are."""
     device_busy: float = 0.0
     """Share of wall time the compute phase runs, first compute to last: the headline."""
     device_busy_by_lane: NamedFigures = field(default_factory=dict)
@@ -94,6 +102,8 @@ class Figures:
     """The phase that holds the device back ("" before enough batches; "cpu" for the cores)."""
     bottleneck: str = ""
     """The bottleneck, the device's busy share and what to change, in one line."""
+    lanes_limit: str = ""
+    """What caps ``amdahl`` below Amdahl's law: "cores", "device", or "" (the serial share)."""
 
     def __post_init__(self) -> None:
         # A snapshot's figures are shared by every reader: read-only (engine/state/read_only.py).
@@ -134,6 +144,11 @@ class MetricsAccumulator:
         self.w_cpu = np.zeros(len(RUN_PHASES))
         self.w_lane_cpu: dict[int, np.ndarray] = {}
         self.device = _DeviceBusy()
+        # Per lane, the thread-seconds each phase had since the first batch began (a device phase:
+        # one stream; a host phase: its threads, which the tuner changes), read at every reading.
+        self.thread_s: dict[int, np.ndarray] = {}
+        self._lane_start: dict[int, float] = {}
+        self._counted_to: dict[int, float] = {}
 
     def add(self, rec: BatchRecord) -> None:
         """Count one batch's record (failed batches count for occupancy, not throughput)."""
@@ -151,6 +166,8 @@ class MetricsAccumulator:
         start = rec.start
         if start and (not self.first_start or start < self.first_start):
             self.first_start = start
+        if start and start < self._lane_start.get(rec.lane, math.inf):
+            self._lane_start[rec.lane] = start
         if not rec.ok:
             return
         self.batches += 1
@@ -220,11 +237,15 @@ class MetricsAccumulator:
         serial_bound = mean_batch / total if total > 0 else 0.0
         span = self.last_end - self.first_end
         steady = (self.tasks - self.first_tasks) / span if self.batches >= _STEADY_MIN and span > 0 else done / elapsed
+        # What the run did, it could: a bound below it (CPU time that a thread's clock overstates,
+        # a window too short) would show a rate above its bound.
+        bound = max(bound, steady) if bound > 0 else bound
         while self._recent and self._recent[0][0] < now - self._recent_s:
             self._recent.popleft()
         recent = sum(n for _, n in self._recent) / self._recent_s if self._recent else 0.0
-        wall = max(1e-9, now - (self.first_start or started))
-        occupancy = {lane: {name: float(b[i] / wall) for i, name in enumerate(_PHASE_NAMES)}
+        self._count_threads(now, threads)
+        occupancy = {lane: {name: float(b[i] / ts[i]) if (ts := self.thread_s.get(lane)) is not None and ts[i] > 0
+                            else 0.0 for i, name in enumerate(_PHASE_NAMES)}
                      for lane, b in sorted(self.busy.items())}
         lat = self._lat[: min(self._lat_n, len(self._lat))]
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (0.0, 0.0)
@@ -232,10 +253,11 @@ class MetricsAccumulator:
         # lane count) against the lanes' bottleneck work, which more lanes would split.
         parallel = sum(float(b.max()) for b in self.busy.values())
         s = self.serial_s / (self.serial_s + parallel) if self.serial_s + parallel > 0 else 0.0
-        base = amdahl_speedup(s, self.lanes)
-        amdahl = {f"p={p if not math.isinf(p) else 'inf'}": amdahl_speedup(s, p) / base
-                  for p in (self.lanes + 1, 2 * self.lanes, math.inf)}
         device_busy, by_lane = self.device.busy(None if finished else now)
+        headroom, lanes_limit = self._headroom(steady, cpu_cap, device_busy)
+        base = amdahl_speedup(s, self.lanes)
+        amdahl = {f"p={p if not math.isinf(p) else 'inf'}": min(amdahl_speedup(s, p) / base, headroom)
+                  for p in (self.lanes + 1, 2 * self.lanes, math.inf)}
         bottleneck_phase, bottleneck = self._bottleneck(caps_now, cpu_cap, threads, means, device_busy, cores)
         return Figures(
             elapsed_s=elapsed, tasks_done=done, tasks_failed=failed, batches=self.batches,
@@ -248,8 +270,35 @@ class MetricsAccumulator:
             max_divergence=max_divergence, serial_fraction=s, amdahl=amdahl,
             device_busy=device_busy, device_busy_by_lane=by_lane,
             cpu_phase_s={name: float(cpu_means[i]) for i, name in enumerate(_PHASE_NAMES)},
-            bottleneck_phase=bottleneck_phase, bottleneck=bottleneck,
+            bottleneck_phase=bottleneck_phase, bottleneck=bottleneck, lanes_limit=lanes_limit,
         )
+
+    def _headroom(self, steady: float, cpu_cap: float, device_busy: float) -> tuple[float, str]:
+        """The most any number of lanes could multiply the rate by, whatever Amdahl's law says, and
+        what holds it: ``cores`` (every lane's host work shares them) or ``device`` (a compute
+        that runs on a device, not on the host's CPU, is busy that share of the time). Lanes add
+        streams and threads, not cores or devices."""
+        limits = [(math.inf, "")]
+        if steady > 0 and math.isfinite(cpu_cap):
+            limits.append((max(1.0, cpu_cap / steady), "cores"))
+        on_device = self.cpu_sum[_COMPUTE] < _BURNS * self.phase_sum[_COMPUTE]
+        if on_device and device_busy > 0:
+            limits.append((max(1.0, 1.0 / device_busy), "device"))
+        return min(limits)
+
+    def _count_threads(self, now: float, threads: LaneThreads) -> None:
+        """Add the thread-seconds since the last reading (from the first batch's start), at the
+        threads each phase has now: readings come a tenth of a second apart, and the tuner changes a
+        count seldom, so the sum is the time each phase's threads were there."""
+        for lane, start in self._lane_start.items():
+            dt = now - max(self._counted_to.get(lane, 0.0), start)
+            if dt <= 0:
+                continue
+            self._counted_to[lane] = now
+            ts = self.thread_s.setdefault(lane, np.zeros(len(RUN_PHASES)))
+            ht = threads.get(lane)
+            for i in range(len(RUN_PHASES)):
+                ts[i] += dt * (ht[_HOST[i]].now if ht is not None and i in _HOST else 1)
 
     def _bottleneck(self, caps_now: dict[int, float], cpu_cap: float, threads: LaneThreads, means: np.ndarray,
                     device_busy: float, cores: float) -> tuple[str, str]:
@@ -257,6 +306,8 @@ class MetricsAccumulator:
         bound and no one phase needs most of it), and its sentence."""
         if not caps_now:
             return "", ""
+        if device_busy >= DEVICE_SATURATED:  # nothing else can hold back a device this busy
+            return "compute", describe_bottleneck("compute", float(means[_COMPUTE]) * 1e3, None, device_busy, cores)
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
         if cpu_cap < caps_now[i]:

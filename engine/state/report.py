@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from warpdeck.engine.edges.journal import JournalError
-from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus
+from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus, ended_words
 
 if TYPE_CHECKING:
     from warpdeck.engine.control.plane import ControlPlane
@@ -215,6 +215,9 @@ class RunReport(_Frozen):
     divergence_max: int
     serial_fraction: float
     amdahl_ceiling: dict[str, float]
+    """Most speedup more lanes could give: Amdahl's law within what the cores and the device leave."""
+    lanes_limit: str = ""
+    """What caps ``amdahl_ceiling`` below Amdahl's law: "cores", "device", or "" (the serial share)."""
     latency_p50_s: float
     latency_p99_s: float
     failures: list[ReportFailure]
@@ -241,6 +244,11 @@ class RunReport(_Frozen):
     """Why the run was refused before any work started: a bad spec, a run directory in use or
     made by another spec, an export that could not open, a backend that cannot run (exit status
     2). The report then holds no figures (``not_run``)."""
+
+    @property
+    def ended(self) -> str:
+        """How the run ended, in words (``ended_words``): ``finished with 3 failed`` where it exits 1."""
+        return ended_words(self.status, self.counts.failed, self.counts.cancelled)
 
     @property
     def exit_code(self) -> ExitStatus:
@@ -328,6 +336,7 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,
         divergence_max=f.max_divergence, serial_fraction=f.serial_fraction, amdahl_ceiling=f.amdahl,
+        lanes_limit=f.lanes_limit,
         latency_p50_s=f.latency_p50_s, latency_p99_s=f.latency_p99_s, failures=failures, resume=resume, control=control,
         flagged=flagged, stopped_by=facts.stopped_by, source_error=facts.source_error,
         source_traceback=facts.source_traceback, outages=report_outages, journal_error=journal_error,

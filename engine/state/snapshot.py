@@ -49,6 +49,7 @@ __all__ = [
     "TaskFailure",
     "TaskView",
     "WorkerView",
+    "ended_words",
 ]
 
 #: The engine's status: ``starting`` until the run begins, ``running`` until it ends, then how it
@@ -58,6 +59,15 @@ __all__ = [
 EngineStatus = Literal["starting", "running", "stopped", "cancelled", "drained", "finished"]
 #: The statuses of a run that ended with nothing left to do (``stopped`` left work for a resume).
 FINISHED_STATUSES: frozenset[EngineStatus] = frozenset(("finished", "drained", "cancelled"))
+
+
+def ended_words(status: str, failed: int, cancelled: int) -> str:
+    """How a run that ended reads, in every place that says it: ``finished`` only when nothing
+    failed or was cancelled, else ``finished with 3 failed, 2 cancelled`` (the exit status is 1)."""
+    if status not in ("finished", "drained") or not (failed or cancelled):
+        return status
+    lost = [f"{failed:,} failed"] * bool(failed) + [f"{cancelled:,} cancelled"] * bool(cancelled)
+    return f"{status} with {', '.join(lost)}"
 #: What a lane is doing (engine/run/lanes.py; a Ray lane, engine/scaleout/dispatch.py, waits for its
 #: actor and may find its worker gone).
 LaneStatus = Literal["starting", "waiting for slot", "waiting for input", "filling", "waiting for the actor",
@@ -83,8 +93,11 @@ class Counts:
     #: Stalled tasks by stall name (``memory`` to ``hung``).
     stalled: NamedCounts
     total: int
-    #: Tasks the source will yield in all, when it knows.
+    """Tasks admitted so far (every state above)."""
+    #: Tasks the source will yield in this run, when it knows (a resume's leaves out ``earlier``).
     expected: int | None
+    #: Tasks an earlier run in this run directory finished: done there, not run again here.
+    earlier: int = 0
 
     def __post_init__(self) -> None:
         set_read_only(self, "running", "stalled")
@@ -96,6 +109,34 @@ class Counts:
     @property
     def finished(self) -> int:
         return self.done + self.failed + self.cancelled
+
+    @property
+    def to_come(self) -> int | None:
+        """Tasks the source has still to yield (not yet admitted), when it knows its total."""
+        return None if self.expected is None else max(0, self.expected - self.total)
+
+    @property
+    def done_all(self) -> int:
+        """Done tasks, counting those an earlier run did: the progress a person reads."""
+        return self.done + self.earlier
+
+    @property
+    def whole(self) -> int | None:
+        """Every task of the spec when the source knows its total: this run's and ``earlier``.
+        Not yet admitted, queued, running, done, failed and cancelled (stalled ones stand in their
+        state) and ``earlier`` add up to it."""
+        return None if self.expected is None else max(self.expected, self.total) + self.earlier
+
+    @property
+    def out_of(self) -> int:
+        """What progress counts against: ``whole`` where known, else every task known so far."""
+        whole = self.whole
+        return whole if whole is not None else self.total + self.earlier
+
+    @property
+    def finished_all(self) -> int:
+        """Finished tasks (done, failed, cancelled), counting those an earlier run did."""
+        return self.finished + self.earlier
 
 
 @dataclass(frozen=True, slots=True)

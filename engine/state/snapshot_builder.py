@@ -75,7 +75,7 @@ class SnapshotBuilder:
             done=int(c[State.DONE].sum()), failed=int(c[State.FAILED].sum()),
             cancelled=int(c[State.CANCELLED].sum()),
             stalled={r.label: int(by_reason[r]) if by_reason is not None else 0 for r in StallReason if r},
-            total=n, expected=self._source.total,
+            total=n, expected=self._source.total, earlier=getattr(self._source, "finished_before", 0),
         )
         mono = time.monotonic()
         stalled = tuple(

@@ -8,10 +8,12 @@ and device busy is the union of compute intervals. Real runs check the same on e
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from warpdeck.engine.api import BatchRecord, HostThreads
+from warpdeck.engine.api import BatchRecord, HostThreads, more_lanes_words
 from warpdeck.engine.state.metrics import MetricsAccumulator
 
 _NONE = (0.0, 0.0)
@@ -105,3 +107,66 @@ def test_a_run_too_short_for_a_steady_window_is_judged_over_every_batch() -> Non
     f = acc.figures(now=1.0212, started=0.990, done=300, failed=0, divergence=0, max_divergence=0, finished=True)
     assert f.bound_tasks_s >= f.steady_tasks_s
     assert 0 < f.overlap_efficiency <= 1.0
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_occupancy_is_a_share_of_each_phases_threads_never_above_all_of_them(threads: int) -> None:
+    # Fill on ``threads`` threads, always busy (the compute keeps up): each thread's share is near
+    # 100%, and so is the phase's, on one thread or three (issue 29: ``sink 117%`` on one thread).
+    rng = np.random.default_rng(3)
+    records = sorted(_pipeline(120, 0.030, threads, 0.004, rng), key=lambda r: r.end)
+    acc = MetricsAccumulator(lanes=1)
+    ht = {0: (HostThreads(threads, threads, "pinned"), HostThreads(1, 1, "pinned"))}
+    t, i = 1.0, 0
+    while i < len(records):  # readings every 0.1 s, each after the records that ended by then
+        t += 0.1
+        while i < len(records) and records[i].end <= t:
+            acc.add(records[i])
+            i += 1
+        f = acc.figures(now=t, started=1.0, done=acc.tasks, failed=0, divergence=0, max_divergence=0,
+                        threads=ht, cores=8.0)
+        assert all(v <= 1.0 + 1e-6 for v in f.occupancy[0].values()), f.occupancy
+    assert f.occupancy[0]["fill"] > 0.8
+    assert f.occupancy[0]["compute"] < 0.5
+
+
+def test_a_device_busy_nearly_all_the_time_is_the_bottleneck_whatever_the_host_threads_say() -> None:
+    # Fills ran on three threads; the tuner has since cut them to one, so the fill's capacity
+    # "now" reads lower than the compute's. The device is busy ~98%: it, not the fill, is the bound
+    # (issue 29: ``device busy 98% · fill-bound``).
+    rng = np.random.default_rng(5)
+    acc = MetricsAccumulator(lanes=1)
+    for r in _pipeline(80, 0.030, 3, 0.0101, rng):
+        acc.add(r)
+    f = _figures(acc, {0: (HostThreads(1, 1, "pinned"), HostThreads(1, 1, "pinned"))})
+    assert f.device_busy >= 0.9
+    assert f.bottleneck_phase == "compute" and "the device is the bound" in f.bottleneck
+
+
+def test_more_lanes_offer_nothing_the_busy_cores_cannot_give() -> None:
+    # Fill burns the CPU on both cores: Amdahl's law alone (no serial work) says more lanes would
+    # be limitless (issue 29: ``∞ → x33.76`` on a busy 2-core run); the cores say no gain.
+    rng = np.random.default_rng(6)
+    acc = MetricsAccumulator(lanes=2)
+    for r in _pipeline(80, 0.030, 2, 0.002, rng, burn=True):
+        acc.add(r)
+    f = _figures(acc, {0: (HostThreads(2, 2, "cpu"), HostThreads(1, 1, "pinned"))}, cores=2.0)
+    assert f.lanes_limit == "cores"
+    assert max(f.amdahl.values()) < 1.2, f.amdahl
+    words = more_lanes_words(f.amdahl, f.lanes_limit)
+    assert words.endswith("(the cores are busy)"), words
+    # On eight cores the same run has room: more lanes may help, up to what the cores leave.
+    roomy = _figures(acc, {0: (HostThreads(2, 2, "cpu"), HostThreads(1, 1, "pinned"))}, cores=8.0)
+    assert max(roomy.amdahl.values()) > 3.0
+
+
+def test_the_rate_is_never_above_its_bound() -> None:
+    # Process CPU time that overstates the work (other threads' time counted): the cores' cap
+    # would put the bound below what the run did.
+    rng = np.random.default_rng(8)
+    acc = MetricsAccumulator(lanes=1)
+    for r in _pipeline(60, 0.010, 1, 0.002, rng):
+        acc.add(dataclasses.replace(r, cpu=(0.5, 0.0, 0.0, 0.0, 0.0)))
+    f = _figures(acc, {0: (HostThreads(1, 1, "pinned"), HostThreads(1, 1, "pinned"))}, cores=1.0)
+    assert f.bound_tasks_s >= f.steady_tasks_s > 0
+    assert f.overlap_efficiency <= 1.0

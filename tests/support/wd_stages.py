@@ -212,3 +212,11 @@ def noisy_double(xp: Any, inp: Any, out: Any) -> None:
         helper.start()
         helper.join()
     xp.multiply(inp, 2, out=out)
+
+
+def fail_on_37(xp: Any, inp: Any, out: Any) -> None:
+    """Doubles its input after 2 ms; a batch holding a multiple of 37 (task t000037, ...) fails."""
+    time.sleep(0.002)
+    if bool((inp % 37 == 0).any() & (inp > 0).any()):
+        raise ValueError("a multiple of 37")
+    out[...] = inp * 2

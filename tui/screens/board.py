@@ -128,6 +128,12 @@ class BoardScreen(MainScreen):
         if snap is None or not self.is_current:
             return
         first = self._board is None
+        if self._seen == (snap.seq, self._filter.text) and self._snap is not None and snap is not self._snap:
+            # The same frame told again with news of its link (an attached room's engine fell
+            # silent): the tasks are as shown, and the status line says what the link says now.
+            self._snap = snap
+            self._status.show(snap)
+            return
         if self._seen != (snap.seq, self._filter.text):
             self._seen = (snap.seq, self._filter.text)
             self._snap, self._board = snap, board_rows(snap, self._filter.mask(snap.tasks))
@@ -182,14 +188,20 @@ class BoardScreen(MainScreen):
                 if budget < self.LINES_PER_FRAME and not whole:
                     break
                 self._todo.pop(0)
-                part.refresh()
+                part.show(snap)  # the snapshot the columns show, not a newer one
                 budget = 0
                 continue
             self._todo.pop(0)
             rows, total = board.column(part.column)
             shown = board.shown(part.column, rows)
             if part.column == "finished":
-                budget -= part.show(snap, rows, total, board.failed, board.cancelled, shown=shown)
+                # Titled "done": its count is the done tasks, the figure the status line shows, with
+                # the failed and cancelled ones it also lists marked after it.
+                failed, cancelled = board.failed_cancelled(snap, rows)
+                budget -= part.show(snap, rows, total - board.failed - board.cancelled, board.failed,
+                                    board.cancelled, shown=shown - failed - cancelled)
+            elif part.column == "queued":
+                budget -= part.show(snap, rows, total, shown=shown, beside=(snap.counts.to_come or 0, "to come"))
             else:
                 budget -= part.show(snap, rows, total, shown=shown)
         if not self._todo:

@@ -35,7 +35,7 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("bound", "the rate the slowest phase allows with the others beside it and host phases on every "
               "thread they may have, within the machine's cores"),
     ("more lanes", "Amdahl: the most extra lanes could speed the run up (×), from its serial part"),
-    ("occupancy", "share of wall time each phase is busy, averaged over lanes"),
+    ("occupancy", "share of its threads' time each phase is busy (a device phase: one stream), averaged over lanes"),
     ("lane-wait", "seconds lanes spent waiting, by stall reason"),
     ("divergence", "distinct batching keys mixed in the last batching window (1: uniform)"),
     ("phi", "how unlikely the silence since a worker's last heartbeat is (about 8: convicted)"),

@@ -49,12 +49,12 @@ class BoardColumn(Vertical):
         self._list.active = active
 
     def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64], total: int, failed: int = 0,
-             cancelled: int = 0, shown: int | None = None) -> int:
+             cancelled: int = 0, shown: int | None = None, beside: tuple[int, str] = (0, "")) -> int:
         """Show ``rows`` of ``snap``; ``total`` is the column's unfiltered count, ``failed`` and
         ``cancelled`` are marked after it; ``shown`` is what the title counts as shown (default: the
-        rows; an attached room's sampled rows stand for the whole column). Returns how many lines
-        will repaint."""
+        rows; an attached room's sampled rows stand for the whole column); ``beside``: tasks the
+        column stands for without rows (``column_title``). Returns how many lines will repaint."""
         # One line high and as wide as the column whatever it says: no layout needed.
         count = len(rows) if shown is None else shown
-        lines = 1 if self._title.set_counts(count, total, failed, cancelled) else 0
+        lines = 1 if self._title.set_counts(count, total, failed, cancelled, beside) else 0
         return lines + self.list.show(snap, rows)

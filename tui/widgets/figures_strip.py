@@ -16,7 +16,7 @@ from collections import deque
 from rich.text import Text
 from textual.widget import Widget
 
-from warpdeck.engine.api import EngineSnapshot
+from warpdeck.engine.api import EngineSnapshot, more_lanes_words
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.fit import Part, fit_parts
 from warpdeck.tui.glyphs import STALL_BADGES
@@ -52,7 +52,8 @@ class FiguresStrip(Widget):
         self._rates: deque[float] = deque(maxlen=120)
         self._last_seq = -1
         self.paced = False
-        """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
+        """True: a new snapshot is only recorded; the screen says which to show, and when (``show``)."""
+        self._shown: EngineSnapshot | None = None
 
     def on_mount(self) -> None:
         self.watch(warpdeck_app(self), "snapshot", self._update, init=True)
@@ -66,8 +67,13 @@ class FiguresStrip(Widget):
         if not self.paced:
             self.refresh()
 
+    def show(self, snap: EngineSnapshot) -> None:
+        """Paced: show ``snap`` (the one the screen's other parts show) from the next repaint."""
+        self._shown = snap
+        self.refresh()
+
     def render(self) -> Text:
-        snap = self._snap
+        snap = self._shown if self.paced else self._snap
         if snap is None:
             return Text("no figures yet")
         width = self.size.width or 1_000
@@ -105,11 +111,7 @@ class FiguresStrip(Widget):
         overlap = Text("│ overlap ")
         overlap.append(f"{f.overlap_efficiency:.2f}", "bold")
         overlap.append(f" of bound {f.bound_tasks_s:,.0f}/s")
-        if f.batches:
-            amdahl = ", ".join(f"{k.removeprefix('p=').replace('inf', '∞')} → ×{v:.2f}" for k, v in f.amdahl.items())
-            lanes = Text(f"│ more lanes: at most {amdahl}")
-        else:
-            lanes = Text("│ more lanes: — (no batch done yet)")
+        lanes = Text(f"│ {more_lanes_words(f.amdahl if f.batches else {}, f.lanes_limit)}")
         return [_part(Text(sparkline(list(self._rates), 24), "bold"), 3), _part(rate, 0),
                 _part(busy, 1),
                 _part(Text(f"p50 {_ms(f.latency_p50_s)} p99 {_ms(f.latency_p99_s)}"), 2, _TIMELINE),

@@ -26,7 +26,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from warpdeck.engine.api import EngineSnapshot
+from warpdeck.engine.api import EngineSnapshot, more_lanes_words
 from warpdeck.tui.fit import Part, fit_parts
 
 __all__ = ["ZOOMS", "LaneTimeline", "coverage"]
@@ -164,10 +164,8 @@ class LaneTimeline(Widget):
             ([Segment(f"bound {f.bound_tasks_s:,.0f} tasks/s", base)], 1),
             ([Segment(f"steady {f.steady_tasks_s:,.0f} tasks/s", base)], 2),
             ([Segment(f"no overlap {f.serial_bound_tasks_s:,.0f} tasks/s", base)], 3)], width, base))
-        amdahl = ", ".join(f"{k.removeprefix('p=').replace('inf', '∞')} → ×{v:.2f}" for k, v in f.amdahl.items())
         lines.append(_fit([
-            ([Segment(f"more lanes: at most {amdahl}" if f.batches else "more lanes: — (no batch done yet)",
-                      base)], 0),
+            ([Segment(more_lanes_words(f.amdahl if f.batches else {}, f.lanes_limit), base)], 0),
             ([Segment(f"latency p50 {_ms(f.latency_p50_s)} p99 {_ms(f.latency_p99_s)}", base)], 1),
             ([Segment(f"lane-wait {sum(f.stall_s.values()):,.1f}s", base)], 2),
             ([Segment(f"divergence {f.divergence} (most {f.max_divergence})", base)], 3)], width, base))

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot, EngineStatus
+from warpdeck.engine.api import ALL_QUARANTINED, EngineSnapshot, EngineStatus, ended_words
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.attach import link_words, stale_words
 from warpdeck.tui.fit import Part, count_forms, fit_parts
@@ -31,7 +31,10 @@ _ENDED: dict[EngineStatus, str] = {"finished": "✓", "drained": "✓", "cancell
 def run_state(snap: EngineSnapshot) -> tuple[str, str]:
     """The run's state as a glyph and words: what it is doing now, not only what it was started as."""
     if snap.finished or snap.status == "stopped":
-        return _ENDED.get(snap.status, "■"), snap.status
+        c = snap.counts
+        words = ended_words(snap.status, c.failed, c.cancelled)
+        glyph = _ENDED.get(snap.status, "■") if words == snap.status else "✗" if c.failed else "⊘"
+        return glyph, words
     stale = stale_words(snap.link, snap.status) if snap.link is not None else None
     if stale is not None:  # attached, and the engine no longer heard: its state is not known
         return "?", stale
@@ -63,7 +66,9 @@ class StatusBar(Widget):
         self.screen_name = screen_name
         self._snap: EngineSnapshot | None = None
         self.paced = False
-        """True: a new snapshot is only recorded; the screen says when to repaint (``refresh``)."""
+        """True: the screen says which snapshot to show, and when (``show``): the line then tells the
+        same snapshot as the board's columns, never a newer one beside them."""
+        self._shown: EngineSnapshot | None = None
 
     def on_mount(self) -> None:
         app = warpdeck_app(self)
@@ -75,6 +80,11 @@ class StatusBar(Widget):
         self._snap = snap
         if not self.paced:
             self.refresh()
+
+    def show(self, snap: EngineSnapshot) -> None:
+        """Paced: show ``snap`` (the one the screen's other parts show) from the next repaint."""
+        self._shown = snap
+        self.refresh()
 
     def _note_changed(self, _text: str) -> None:
         self.refresh()
@@ -111,7 +121,7 @@ class StatusBar(Widget):
             return forms[min(level, len(forms) - 1)]
 
         add(" warpdeck ", 3, "bold reverse")
-        snap = self._snap
+        snap = self._shown if self.paced else self._snap
         if snap is None:
             add("  waiting for the engine…", 0)
         else:
@@ -125,11 +135,13 @@ class StatusBar(Widget):
         if snap is not None:
             c = snap.counts
             add(f"{snap.backend}·{snap.device}{_GAP}", 5)
-            total = c.expected if c.expected is not None else c.total
-            add(f"{n(c.done)}/{n(total)} done{_GAP}", 0)
-            if c.failed:
+            add(f"{n(c.done_all)}/{n(c.out_of)} done{_GAP}", 0)
+            if c.earlier:  # a resume: the done count holds what the earlier run did
+                add(f"({n(c.earlier)} earlier){_GAP}", 1, "italic")
+            said = " with " in words  # the ending already counts them (``ended_words``)
+            if c.failed and not said:
                 add(f"✗{n(c.failed)} failed{_GAP}", 0, "bold")
-            if c.cancelled:
+            if c.cancelled and not said:
                 add(f"⊘{n(c.cancelled)} cancelled{_GAP}", 0, "bold")
             add(f"t {snap.t:,.1f}s{_GAP}", 3)
         note = app.readonly_note
