@@ -103,9 +103,12 @@ def _attempt(log: BatchLog, n: int, outcome: StoryOutcome, batch: int, queued: f
     if lb is None:
         return AttemptStory(n, outcome, batch, queued_at_s=queued_s, ended_at_s=ended_s, reason=reason,
                             kept=batch < 0), None
+    # Only the phases the task reached: a task whose own load failed ended with the fill, while the
+    # rest of its batch went on to compute and sink.
+    end = math.inf if ended is None else log.from_table(ended)
     phases = tuple(PhaseTime(p.label, log.since_start(span[0]), max(0.0, span[1] - span[0]))
                    for p, span in zip(RUN_PHASES, lb.phases, strict=True)
-                   if span is not None and math.isfinite(span[1]))
+                   if span is not None and math.isfinite(span[1]) and span[0] < end)
     fill = lb.phases[0]
     wait = None if fill is None else max(0.0, fill[0] - log.from_table(queued))
     return AttemptStory(n, outcome, batch, lb.lane, lb.slot, lb.worker, lb.epoch, queued_s, wait, phases,

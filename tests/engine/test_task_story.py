@@ -197,3 +197,27 @@ def test_sources_and_sinks_say_where_a_task_comes_from_and_goes() -> None:
     assert sink_describes(NullSinkImpl(), "k") == "discarded (null sink)"
     assert sink_describes(CallableSinkImpl(wd_stages.noop), "k") == "handed to wd_stages:noop"
     assert sink_describes(RecordingSink(), "k") == "handed to RecordingSink.write"
+
+
+class _OneBadLoad(wd_stages.SleepySource):
+    """Task t000005's input cannot be read; its batch's other tasks load and go on."""
+
+    def load(self, items, out):  # type: ignore[no-untyped-def]
+        errors = super().load(items, out)
+        return [OSError("unreadable input") if t.key == "t000005" else e for t, e in zip(items, errors, strict=True)]
+
+
+async def test_a_task_whose_load_failed_shows_only_the_phases_it_reached() -> None:
+    # Its batch went on through compute and sink without it: those phases are not its story
+    # (issue 29: they showed after its end).
+    s = spec(["wd_stages:double"], batch_size=8)
+    async with Engine(s, source=_OneBadLoad(16), sink=RecordingSink()) as eng:
+        await eng.wait()
+    d = _detail(eng, "t000005")
+    assert d.state == "failed"
+    first = d.attempts[0]
+    assert [p.phase for p in first.phases] == ["fill"], first.phases
+    for a in d.attempts[1:]:  # retried by the policy, alone in its batch: nothing past the fill
+        assert {p.phase for p in a.phases} <= {"fill"}, a.phases
+    neighbour = _detail(eng, "t000004").attempts[0]
+    assert neighbour.batch == first.batch and [p.phase for p in neighbour.phases] == PHASES
