@@ -286,8 +286,15 @@ def _textual_unfit() -> str | None:
 
 def _remote(args: argparse.Namespace, err: Console) -> int:
     """``attach`` and ``replay``: the control room over an engine that is not in this process."""
-    if args.command == "replay" and args.trace is not None:
-        return _replay_trace(args.recording, args.trace, err)
+    if args.command == "replay":
+        # The file first, from its first line: a file that is not a recording is said at once, in
+        # one line, before a terminal is asked for or Textual loaded (issue 29).
+        refused = _recording_refused(args.recording)
+        if refused is not None:
+            err.print(f"error: {refused}", markup=False, highlight=False, soft_wrap=True)
+            return ExitStatus.USAGE
+        if args.trace is not None:
+            return _replay_trace(args.recording, args.trace, err)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err.print(f"warpdeck {args.command}: the control room needs a terminal")
         return ExitStatus.USAGE
@@ -310,9 +317,25 @@ def _remote(args: argparse.Namespace, err: Console) -> int:
             link = AttachLink(address, args.pipeline, secret=secret, readonly=args.readonly or secret is None,
                               record=args.record)
     except (UnknownTheme, ValueError, OSError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitStatus.USAGE
     return run_remote(link, theme=args.theme)
+
+
+def _recording_refused(recording: Path) -> str | None:
+    """Why ``replay`` cannot play ``recording``, read from its first line (None: it can)."""
+    from warpdeck.engine.api import read_recording  # noqa: PLC0415
+
+    frames = read_recording(recording)
+    try:
+        next(frames, None)
+    except OSError as exc:
+        return f"cannot read {recording}: {exc.strerror or exc}"
+    except ValueError as exc:  # RecordingError: what the file is instead
+        return str(exc)
+    finally:
+        frames.close()
+    return None
 
 
 def _replay_trace(recording: Path, out: Path, err: Console) -> int:
@@ -322,7 +345,7 @@ def _replay_trace(recording: Path, out: Path, err: Console) -> int:
     try:
         events = trace_recording(recording, out)
     except (OSError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitStatus.USAGE
     Console().print(f"{out}: {events:,} trace events from {recording} (Trace Event Format: open it in "
                     "https://ui.perfetto.dev)", markup=False, highlight=False, soft_wrap=True)
@@ -373,7 +396,7 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
     _write_report(report, json_path, err)
     # The status comes from the report (quitting with work running leaves it "stopped": 4), never
     # from how the app closed.
-    Console().print(f"{spec.name}: {report.status}, {report.counts.done:,} done, {report.counts.failed:,} failed, "
+    Console().print(f"{spec.name}: {report.ended}; {report.counts.done:,} done, {report.counts.failed:,} failed, "
                     f"{report.counts.cancelled:,} cancelled", markup=False, highlight=False)
     _closing_note(report, err)
     _ray_note(spec, run_dir, ray_log, err)

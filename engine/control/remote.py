@@ -5,11 +5,19 @@ The decisions this module protects:
 - Everything from the broker is validated at the socket (``wire.decode``); a bad message is
   counted and dropped, as in the engine's own plane.
 - The client runs on a thread and event loop of its own and hands snapshots to a callback, so a UI
-  never waits on the network; it reconnects with backoff.
+  never waits on the network; it reconnects with backoff, and tells each connection made and each
+  attempt that failed, with why in words (``on_connection``): before any telemetry there is no
+  snapshot to carry it, and a room attached to an address where no broker listens waited for ever
+  without a word (issue 29). A stop while it is still connecting ends the attempt: a broker that
+  takes the call and never answers it cannot hold a room's quit.
 - A command is matched to its answer by the nonce it was signed with; no answer within the timeout
   is reported as such, never guessed.
 - ``--record FILE`` keeps every telemetry message as it came, inflated (one JSON object per line),
-  which ``replay`` plays back.
+  which ``replay`` plays back. A file is taken for a recording only if its first line is a whole
+  telemetry frame this build reads (``RecordingError`` says what it is instead, read from that
+  line alone, so a large file that is not one is refused at once); later lines that are not (a
+  recording cut off mid-line by its recorder's end) are skipped. Before (issue 29) a text file or
+  random bytes came out of ``replay`` as a raw decode error after the whole file was read.
 - The link is measured as frames arrive (engine/control/link_meter.py) and its view rides on each
   snapshot; while nothing arrives, the latest snapshot is handed over again once a second with the
   link's view brought up to date, so an attached room shows the silence growing.
@@ -20,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
+import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
@@ -38,12 +48,12 @@ from warpdeck.engine.control.looping import LoopThread, cancel_and_wait, keep_co
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
-from warpdeck.engine.control.wire import EngineState, Event, Telemetry, WireError, decode, encode, plain
+from warpdeck.engine.control.wire import MAX_BYTES, EngineState, Event, Telemetry, WireError, decode, encode, plain
 from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
 
-__all__ = ["RemoteEngine", "read_recording"]
+__all__ = ["RecordingError", "RemoteEngine", "read_recording"]
 
 
 _TELEMETRY = frozenset(("telemetry",))
@@ -58,17 +68,22 @@ class RemoteEngine:
 
     def __init__(self, address: BrokerAddress, pipeline: str, *, secret: bytes | None = None,
                  on_snapshot: Callable[[EngineSnapshot], None] | None = None,
+                 on_connection: Callable[[str], None] | None = None,
                  record: Path | None = None, timeout_s: float = 5.0) -> None:
         self.address = address
         self.topics = Topics(pipeline)
         self._signer = Signer(secret) if secret else None
         self.on_snapshot = on_snapshot
+        #: Told on the client's thread: "" when a connection is made; why, in words, when an attempt
+        #: fails or the connection is lost (``connection refused``), once per attempt.
+        self.on_connection = on_connection
         self._record_path = record
         self._record: IO[str] | None = None
         self.timeout_s = timeout_s
         self.dropped = DropCounter()
         self.connected = threading.Event()
         self.engine_state = "unknown"
+        #: Why the last attempt to connect failed or the connection was lost ("" while connected).
         self.error = ""
         self.events: deque[Event] = deque(maxlen=1000)
         self.latest: EngineSnapshot | None = None
@@ -124,7 +139,8 @@ class RemoteEngine:
     # -- the client thread ----------------------------------------------------------------------
     async def _main(self, stopping: asyncio.Event) -> None:
         def lost(exc: aiomqtt.MqttError) -> None:
-            self.error = str(exc)
+            self.error = _connect_error_words(exc)
+            self._tell_connection(self.error)
 
         async def session(client: aiomqtt.Client) -> None:
             try:
@@ -133,6 +149,7 @@ class RemoteEngine:
                 self._client = client
                 self.connected.set()
                 self.error = ""
+                self._tell_connection("")
                 reader = asyncio.create_task(self._read(client))
                 stop = asyncio.create_task(stopping.wait())
                 await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -142,11 +159,22 @@ class RemoteEngine:
                 self.connected.clear()
 
         ticker = asyncio.create_task(self._tell_silence(stopping), name="wd-attach-silence")
+        client = asyncio.create_task(keep_connected(stopping, lambda: {
+            **self.address.client_kwargs(), "keepalive": 5, "max_queued_incoming_messages": 10_000},
+            session, lost), name="wd-attach-client")
+        stop = asyncio.create_task(stopping.wait(), name="wd-attach-stop")
         try:
-            await keep_connected(stopping, lambda: {**self.address.client_kwargs(), "keepalive": 5,
-                                                    "max_queued_incoming_messages": 10_000}, session, lost)
+            await asyncio.wait({client, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if self.connected.is_set():
+                await client  # the session sees the stop and disconnects
+            else:  # still connecting: a broker that took the call may never answer it
+                await cancel_and_wait([client])
         finally:
-            await cancel_and_wait([ticker])
+            await cancel_and_wait([ticker, stop, client])
+
+    def _tell_connection(self, why: str) -> None:
+        if self.on_connection is not None:
+            self.on_connection(why)
 
     async def _tell_silence(self, stopping: asyncio.Event) -> None:
         """While no frame arrives (or the broker is away), hand the latest snapshot over again with
@@ -223,18 +251,74 @@ class RemoteEngine:
         return CommandResult(ev.what == "command_applied", ev.affected, ev.reason, changed=ev.changed)
 
 
-def read_recording(path: Path, refused: list[WireError] | None = None) -> Iterator[EngineSnapshot]:
-    """The snapshots of a ``--record`` file, in order. Lines that are not telemetry this build reads
-    are skipped, and added to ``refused`` when given (a recording of another telemetry version)."""
+def _connect_error_words(exc: aiomqtt.MqttError) -> str:
+    """Why a connection failed, in words a person reads after an address: ``connection refused``,
+    ``name or service not known``, ``operation timed out`` (aiomqtt's text less its ``[Errno 111]``)."""
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", str(exc)).strip() or type(exc).__name__
+    return text[:1].lower() + text[1:]
+
+
+class RecordingError(ValueError):
+    """A file ``replay`` cannot play: its first line is not a whole telemetry frame this build reads."""
+
+    def __init__(self, path: Path, why: str, *, other_version: bool = False) -> None:
+        what = "not a recording this build reads" if other_version else "not a warpdeck recording"
+        super().__init__(f"{what}: {path}: {why}")
+        self.path = path
+        #: What the file is instead, in words (``it is empty``, ``no telemetry on line 1 (…)``).
+        self.why = why
+        #: A recording of another telemetry version (a newer or older warpdeck's).
+        self.other_version = other_version
+
+
+#: The longest line a recording's frame can take (an inflated frame's limit, and its newline).
+_LINE_LIMIT = MAX_BYTES["telemetry"] + 1
+
+
+def read_recording(path: Path, refused: list[WireError] | None = None) -> Generator[EngineSnapshot]:
+    """The snapshots of a ``--record`` file, in order. The first line must be telemetry this build
+    reads, else ``RecordingError`` (raised by the first ``next``, having read that line alone); later
+    lines that are not are skipped, and added to ``refused`` when given."""
     timeline: deque[BatchRecord] = deque(maxlen=2048)
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                tel = decode(line.strip(), _TELEMETRY)
-            except WireError as exc:
-                if refused is not None:
-                    refused.append(exc)
-                continue
-            assert isinstance(tel, Telemetry)
+    with path.open("rb") as f:
+        first = _first_frame(path, f.readline(_LINE_LIMIT))
+        for tel in itertools.chain((first,), _later_frames(f, refused)):
             timeline.extend(unpack_record(p) for p in tel.timeline)
             yield snapshot_from(tel, tuple(timeline))
+
+
+def _later_frames(lines: Iterable[bytes], refused: list[WireError] | None) -> Iterator[Telemetry]:
+    for line in lines:
+        try:
+            tel = decode(line.strip(), _TELEMETRY)
+        except WireError as exc:
+            if refused is not None:
+                refused.append(exc)
+            continue
+        assert isinstance(tel, Telemetry)
+        yield tel
+
+
+def _first_frame(path: Path, line: bytes) -> Telemetry:
+    """A recording's first line as telemetry, or ``RecordingError`` saying what the file is instead."""
+    if not line:
+        raise RecordingError(path, "it is empty")
+    try:
+        tel = decode(line.strip(), _TELEMETRY)
+    except WireError as exc:
+        if len(line) >= _LINE_LIMIT:
+            why = f"its first line is longer than any telemetry frame ({MAX_BYTES['telemetry']:,} bytes)"
+        elif not line.endswith(b"\n") and line.lstrip().startswith(b"{") and exc.reason == "malformed":
+            why = f"its first frame is cut off after {len(line):,} bytes"
+        else:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                why = f"it is not text (byte {line[bad.start]:#04x} at offset {bad.start:,} is not UTF-8)"
+            else:
+                if exc.reason == "version":
+                    raise RecordingError(path, exc.detail, other_version=True) from None
+                why = f"no telemetry on line 1 ({exc.detail if exc.reason == 'malformed' else exc})"
+        raise RecordingError(path, why) from None
+    assert isinstance(tel, Telemetry)
+    return tel

@@ -211,7 +211,9 @@ _STALL_OF = {r.label: r for r in StallReason if r}
 def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] | None = None,
                   link: LinkView | None = None) -> EngineSnapshot:
     """An ``EngineSnapshot`` an attached control room can draw: counts, figures, lanes and workers
-    are exact; the task table holds the sampled keys of each board column. ``timeline`` is the
+    are exact; the task table holds the sampled keys of each board column, so unlike the engine's
+    own its rows are not stable: from one frame to the next a row holds whichever key the sample
+    put there (a reader that follows a task across snapshots follows its key). ``timeline`` is the
     batch records gathered from earlier telemetry (each message carries only the new ones; None:
     this message's); their times, like ``t``, are seconds since the engine started (``t0`` 0)."""
     rows: list[tuple[str, int, int, int]] = []  # key, state, phase, stall

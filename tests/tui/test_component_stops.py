@@ -44,6 +44,7 @@ async def test_a_control_plane_that_dies_is_a_banner_at_once_and_a_traceback_in_
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.control is not None
                         and app.snapshot.control.stopped, 30)
             await until(pilot, lambda: any(b.display for b in app.screen.query(AlertBanner)))
+            await until(pilot, lambda: "control plane stopped" in " ".join(screen_text(app)))  # drawn
             text = " ".join(line.strip() for line in screen_text(app))  # the banner wraps, never cuts
             assert "control plane stopped: RuntimeError: deque mutated during iteration" in text
             assert "warpdeck.log" in text and "the run goes on" in text

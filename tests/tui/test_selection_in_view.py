@@ -38,3 +38,33 @@ async def test_a_scroll_brings_the_highlight_along(tmp_path: Path) -> None:
         await pilot.pause()
         top = done.scroll_offset.y
         assert top <= done.cursor < top + done.size.height and done.current_key != key
+
+
+async def test_the_highlight_is_a_bar_without_colour_too(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # NO_COLOR (or a theme whose panel is its background) leaves no background to see: the
+    # highlighted row of the list with the keyboard is drawn reversed, a bar in any terminal.
+    # Before (issue 29) it was only bold.
+    from wd_tui import until as wait_until
+
+    from warpdeck.tui.app import WarpdeckApp
+    from warpdeck.tui.link import StreamLink
+    from warpdeck.tui.screens.board import BoardScreen
+    from warpdeck.tui.synthetic import SyntheticRun
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    snap = SyntheticRun(3000, seed=2, batch=8).snapshot_at(3.0, seq=1)
+    app = WarpdeckApp(StreamLink([snap]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, BoardScreen) and app.screen.shown_seq == 1)
+        done = app.screen.query_one("#list-finished", TaskList)
+        assert done.count > 3
+        done.focus()
+        await pilot.press("j")
+        await pilot.pause()
+        y = done.cursor - done.scroll_offset.y
+
+        def reversed_cells(line: int) -> int:
+            return sum(len(seg.text) for seg in done.render_line(line) if seg.style is not None and seg.style.reverse)
+
+        assert reversed_cells(y) >= done.size.width - 1  # the scrollbar's cell aside
+        assert reversed_cells(y + 1) == 0

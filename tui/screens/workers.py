@@ -1,7 +1,12 @@
 """Workers: state, heartbeat age, phi, lanes busy, progress and device figures per worker, the
 control plane they are heard through (broker, connection, what it dropped or refused, how far
 behind the monitor hears), and the latest worker changes (lost, hung, waiting, back) with the run's
-time of each, so a notification missed is not lost; the list takes no room until there is one."""
+time of each, so a notification missed is not lost; the list takes no room until there is one.
+
+An attached room that no longer hears its engine (``tui/attach.py``, ``unheard_words``) does not
+say ``● connected`` or ``online``: the broker's connection, the workers' states and the monitor's
+lag read unknown, with why and what they were last seen as, until telemetry comes again.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from textual.widgets.data_table import RowDoesNotExist
 
 from warpdeck.engine.api import ControlView, EngineSnapshot
 from warpdeck.tui.app_access import warpdeck_app
+from warpdeck.tui.attach import unheard_words
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.screens.main import MainScreen
 from warpdeck.tui.widgets.alert_banner import AlertBanner
@@ -27,11 +33,16 @@ from warpdeck.tui.widgets.worker_table import WorkerTable
 __all__ = ["WorkersScreen", "control_summary"]
 
 
-def control_summary(view: ControlView | None) -> str:
-    """One line on the control plane: where it is, whether it is connected, what it counted."""
+def control_summary(view: ControlView | None, unheard: str | None = None) -> str:
+    """One line on the control plane: where it is, whether it is connected, what it counted.
+    ``unheard``: why an attached room no longer hears the engine (``no telemetry for 12s``), when it
+    does not; the connection and the monitor then read unknown, the counts as last heard."""
     if view is None:
         return "control plane off (--broker none): no heartbeats, no telemetry, no remote commands"
-    parts = [f"broker {view.broker or '(starting)'} " + ("● connected" if view.connected else "○ disconnected")]
+    connection = "● connected" if view.connected else "○ disconnected"
+    if unheard is not None:
+        connection = f"? unknown: {unheard} (last seen {connection})"
+    parts = [f"broker {view.broker or '(starting)'} {connection}"]
     if view.error and not view.connected:
         parts.append(f"last error: {view.error}")
     if view.reconnects:
@@ -45,6 +56,8 @@ def control_summary(view: ControlView | None) -> str:
         parts.append("worker messages unsigned (no secret): anyone on the broker can forge them")
     # Below 0.1 s the monitor is on time; the line changes only when that changes (a repaint each).
     lag = "monitor on time" if view.input_lag_s < 0.1 else f"monitor hears {view.input_lag_s:.1f} s behind"
+    if unheard is not None:
+        lag = "monitor unknown"
     holds = view.lag_holds
     if holds:
         lag += f" (verdicts held {'once' if holds == 1 else f'{holds:,} times'})"
@@ -96,13 +109,17 @@ class WorkersScreen(MainScreen):
     def _changed(self, snap: EngineSnapshot | None) -> None:
         if snap is None or not self.is_current:
             return
-        self.query_one(WorkerTable).show(snap)
+        unheard = unheard_words(snap.link) if snap.link is not None else None
+        self.query_one(WorkerTable).show(snap, unheard)
         states: dict[str, int] = {}
         for w in snap.workers:
             states[w.state] = states.get(w.state, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no workers yet"
-        self.query_one("#workers-summary", Static).update(f"{len(snap.workers)} worker(s): {summary}  ·  s sorts")
-        control = control_summary(snap.control)
+        if unheard is not None and snap.workers:
+            summary = f"? unknown: {unheard} (last seen {summary})"
+        self.query_one("#workers-summary", Static).update(
+            Text(f"{len(snap.workers)} worker(s): {summary}  ·  s sorts"))
+        control = control_summary(snap.control, unheard)
         if control != self._control:  # an update lays out the line: only when it reads differently
             self._control = control
             self.query_one("#control-summary", Static).update(Text(control))  # a broker's error text: no markup

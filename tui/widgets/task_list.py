@@ -8,10 +8,17 @@ with it, and a scroll brings the highlight along, so x and Enter never act on a 
 A list nobody has moved in (the highlight on its first row, at the top) keeps showing its head.
 
 A repaint costs per line, not per task, and most of a snapshot's changes are off screen: ``show``
-compares what each visible line would show (the row and its state, phase, stall, attempt, age and
-cursor) with what was last painted there, and refreshes only the lines that differ. A list whose
-visible rows did not change costs nothing to repaint; a length change moves the scrollbar without a
-screen layout.
+compares what each visible line would show (the task's key and its state, phase, stall, attempt,
+age and cursor) with what was last painted there, and refreshes only the lines that differ. A list
+whose visible rows did not change costs nothing to repaint; a length change moves the scrollbar
+without a screen layout.
+
+A line is told by its task's key, not its row: an attached room's table is rebuilt from every
+telemetry frame (``snapshot_from``), where a row holds whichever key the frame's sample put there.
+Before (issue 29) lines and cached strips were keyed by row, and an attached queued list stood
+still while its tasks left it, done climbing by 13 000: the sample's rows, states and length were
+the same from frame to frame. The highlight follows its task the same way: by row while the row
+still holds it (the engine's own table, append-only), else by its key among the list's rows.
 
 A key wider than its row is shortened in the middle (``tui/fit.py``), never cut at the end: cut
 ids read as other ids. That is done while a row's strip is built, so per visible row, and the
@@ -72,7 +79,7 @@ class TaskList(ScrollView, can_focus=True):
     TaskList { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; background: $surface; }
     TaskList.-active { background: $boost; }
     TaskList > .task-list--cursor { background: $panel; text-style: bold; }
-    TaskList.-active > .task-list--cursor { background: $accent 35%; }
+    TaskList.-active > .task-list--cursor { background: $accent 35%; text-style: bold reverse; }
     TaskList > .task-list--dim { color: $text-muted; }
     """
 
@@ -92,7 +99,7 @@ class TaskList(ScrollView, can_focus=True):
         self._snap: EngineSnapshot | None = None
         self._stall_age: dict[str, float] = {}
         self._cursor_row = -1
-        # Rendering a row is pure in (row, state, phase, stall, attempt, age, width, cursor): cache
+        # Rendering a row is pure in (key, state, phase, stall, attempt, age, width, cursor): cache
         # the strips, so a snapshot that moved a few tasks repaints only those; styles likewise.
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(48)
         self._styles: dict[str, Style] = {}
@@ -105,6 +112,7 @@ class TaskList(ScrollView, can_focus=True):
     def show(self, snap: EngineSnapshot, rows: npt.NDArray[np.int64]) -> int:
         """Show these snapshot rows; the cursor stays on its task if the task is still listed.
         Returns how many visible lines will repaint (those whose row, or what it shows, changed)."""
+        chosen = self._chosen_key()
         self._snap = snap
         self._rows = rows
         self._stall_age = {s.key: s.stalled_s for s in snap.stalled} if snap.stalled else {}
@@ -114,8 +122,8 @@ class TaskList(ScrollView, can_focus=True):
         at_head = self.cursor == 0 and self.scroll_offset.y == 0
         self._set_length(len(rows))
         if self._cursor_row >= 0 and len(rows):
-            hit = np.flatnonzero(rows == self._cursor_row)
-            new = 0 if at_head else int(hit[0]) if len(hit) else min(self.cursor, len(rows) - 1)
+            at = -1 if at_head else self._index_of(chosen)
+            new = 0 if at_head else at if at >= 0 else min(self.cursor, len(rows) - 1)
             self.set_reactive(TaskList.cursor, new)
             if 0 <= line < self.size.height and new - line != self.scroll_offset.y:
                 # The task moved in the list (rows came or went above it): the view moves with it,
@@ -127,6 +135,24 @@ class TaskList(ScrollView, can_focus=True):
             self.set_reactive(TaskList.cursor, 0)
         self._cursor_row = int(rows[self.cursor]) if len(rows) else -1
         return self._refresh_changed()
+
+    def _chosen_key(self) -> str | None:
+        """The highlighted task's key in the snapshot shown until now (None: no task highlighted)."""
+        snap, row = self._snap, self._cursor_row
+        return snap.tasks.key(row) if snap is not None and 0 <= row < len(snap.tasks) else None
+
+    def _index_of(self, key: str | None) -> int:
+        """Where the task ``key`` (highlighted until now, at snapshot row ``_cursor_row``) stands in
+        the list now; -1 if it is not listed. Its row first, while that row still holds it; else, in
+        a table rebuilt from telemetry, by its key among the list's rows (a sample: a few hundred)."""
+        assert self._snap is not None
+        keys, row = self._snap.tasks.keys, self._cursor_row
+        if key is None:
+            return -1
+        if row < len(keys) and keys[row] == key:
+            hit = np.flatnonzero(self._rows == row)
+            return int(hit[0]) if len(hit) else -1
+        return next((i for i, r in enumerate(self._rows.tolist()) if keys[r] == key), -1)
 
     def _set_length(self, length: int) -> None:
         """Make the list ``length`` rows long. While the scrollbar stays as it is (shown, or not),
@@ -165,8 +191,9 @@ class TaskList(ScrollView, can_focus=True):
         for i, (row, state, phase, stalled, attempt) in enumerate(zip(
                 idx.tolist(), view.state[idx].tolist(), view.phase[idx].tolist(), stall, view.attempt[idx].tolist(),
                 strict=True)):
-            age = self._stall_age.get(view.keys[row]) if stalled else None
-            out.append((row, state, phase, stalled, attempt, _age(age) if age is not None else "",
+            key = view.keys[row]
+            age = self._stall_age.get(key) if stalled else None
+            out.append((key, state, phase, stalled, attempt, _age(age) if age is not None else "",
                         top + i == self.cursor))
         out.extend([None] * (height - len(out)))
         return out
@@ -256,8 +283,9 @@ class TaskList(ScrollView, can_focus=True):
             return Strip.blank(width, self._base_style)
         row = int(self._rows[index])
         view = self._snap.tasks
-        age = self._stall_age.get(view.keys[row]) if view.stall[row] else None
-        cache_key = (row, int(view.state[row]), int(view.phase[row]), int(view.stall[row]), int(view.attempt[row]),
+        key = view.keys[row]
+        age = self._stall_age.get(key) if view.stall[row] else None
+        cache_key = (key, int(view.state[row]), int(view.phase[row]), int(view.stall[row]), int(view.attempt[row]),
                      _age(age) if age is not None else "", width, index == self.cursor)
         strip = self._strips.get(cache_key)
         if strip is None:

@@ -4,6 +4,12 @@ The decision this module protects: no cell is ever cut. Each column is as wide a
 (a cell that grows widens its column), and when the columns are wider than the terminal the
 table leaves out whole columns, least important first, and ends in a ``…`` column, instead of
 running off the screen's edge mid-cell. The worker, its state and its counts go last.
+
+A second decision: a row never vouches for what the room no longer hears. In an attached room whose
+engine is silent (or whose broker is lost), each worker's state reads ``? unknown`` with why and
+what it was last seen as, and its live figures (heartbeat, phi, lanes busy, utilisation, memory,
+temperature and power) read ``?``; its counts stay, as they were last heard. Before (issue 29) the
+rows said ``● online`` with a heartbeat age frozen at 190 ms for as long as the room stayed open.
 """
 
 from __future__ import annotations
@@ -31,10 +37,25 @@ _RANK = {"id": 0, "state": 0, "done": 1, "failed": 1, "age": 2, "lanes": 2, "pro
 _MORE = "more"  # the key of the ``…`` column that says columns were left out
 
 
-def worker_cells(w: WorkerView) -> dict[str, str]:
+#: The cells a room that no longer hears its engine cannot vouch for: they change while it runs.
+_LIVE = ("age", "phi", "util", "mem", "heat")
+
+
+def worker_cells(w: WorkerView, unheard: str | None = None) -> dict[str, str]:
     """One worker's cells as text (a heartbeat age of None: the in-process worker, no heartbeat); a
     worker the engine knows to be waiting says why after its state (``dead · restarting: waiting
-    for 1 GPU``)."""
+    for 1 GPU``). ``unheard``: why the room no longer hears the engine (``no telemetry for 12s``),
+    when it does not: the state reads unknown, the live figures ``?`` (see the module's docstring)."""
+    cells = _heard_cells(w)
+    if unheard is None:
+        return cells
+    cells["state"] = f"? unknown · {unheard} (last seen {w.state})"
+    cells["lanes"] = f"?/{w.lanes}"
+    cells.update(dict.fromkeys(_LIVE, "?"))
+    return cells
+
+
+def _heard_cells(w: WorkerView) -> dict[str, str]:
     badge = WORKER_GLYPHS.get(w.state)
     mem = "—"
     if w.mem_used_mb is not None and w.mem_total_mb:
@@ -73,6 +94,9 @@ class WorkerTable(DataTable[Text | str]):
         super().__init__(id="workers-table", cursor_type="row", zebra_stripes=True)
         self.sort_column = "id"
         self._workers: dict[str, WorkerView] = {}
+        self._unheard: str | None = None
+        self._shown: dict[str, dict[str, str]] = {}
+        """Each row's cells as last shown."""
         self._columns: tuple[str, ...] = ()
         """The column keys the table has now (``_MORE`` last when some were left out)."""
 
@@ -82,32 +106,35 @@ class WorkerTable(DataTable[Text | str]):
     def on_resize(self, _event: events.Resize) -> None:
         self._refit()
 
-    def show(self, snap: EngineSnapshot) -> None:
-        """Bring the rows in line with the snapshot's workers."""
+    def show(self, snap: EngineSnapshot, unheard: str | None = None) -> None:
+        """Bring the rows in line with the snapshot's workers; ``unheard``: why the room no longer
+        hears the engine, if it does not (``worker_cells``)."""
         seen = {w.id: w for w in snap.workers}
+        self._unheard = unheard
         if self._fitting(seen) != self._columns:
             self._workers = seen
             self._refit()
             return
         for gone in set(self._workers) - set(seen):
             self.remove_row(gone)
+            self._shown.pop(gone, None)
         for wid, w in seen.items():
-            cells = worker_cells(w)
-            old = self._workers.get(wid)
-            if old is None:
+            cells = worker_cells(w, unheard)
+            before = self._shown.get(wid)
+            if before is None:
                 self.add_row(*(_text(cells.get(k, "")) for k in self._columns), key=wid)
-            elif old != w:
-                before = worker_cells(old)
+            elif cells != before:
                 for k in self._columns:
                     if k != _MORE and cells[k] != before[k]:
                         self.update_cell(wid, k, _text(cells[k]), update_width=True)  # a wider cell widens its column
+            self._shown[wid] = cells
         self._workers = seen
         self._sort()
 
     def _fitting(self, workers: dict[str, WorkerView]) -> tuple[str, ...]:
         """The columns that fit the table's width with these workers' cells, in table order."""
         pad = 2 * self.cell_padding
-        rows = [worker_cells(w) for w in workers.values()]
+        rows = [worker_cells(w, self._unheard) for w in workers.values()]
         parts = [Part(key, pad + max([cell_len(title), *(cell_len(r[key]) for r in rows)]), _RANK[key])
                  for key, title in COLUMNS]
         width = self.scrollable_content_region.width
@@ -130,8 +157,9 @@ class WorkerTable(DataTable[Text | str]):
         titles = dict(COLUMNS)
         for key in columns:
             self.add_column(titles.get(key, ELLIPSIS), key=key)
+        self._shown = {}
         for wid, w in self._workers.items():
-            cells = worker_cells(w)
+            cells = self._shown[wid] = worker_cells(w, self._unheard)
             self.add_row(*(_text(cells.get(k, "")) for k in columns), key=wid)
         self._sort()
         if current in self._workers:
