@@ -6,6 +6,7 @@ snapshot to decide which command it means, asks first where the action destroys 
 the run from progressing), remembers the inverse where one exists, and reports the engine's
 answer in the engine's words. Ids are looked up before a dialog opens: an unknown id is answered
 ``no task 'X'`` on the spot, and a dialog names each task as it is while it waits for the answer.
+A key or id is repeated at most ``ECHO_CELLS`` wide (``echo``), the engine's answers included.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from warpdeck.engine.api import (
     SetDepth,
     TaskDetail,
 )
+from warpdeck.tui.command_line import echo
 from warpdeck.tui.operations import undoable_verbs
 from warpdeck.tui.screens.confirm import ConfirmScreen
 from warpdeck.tui.undo import Undoable, UndoStack
@@ -51,6 +53,7 @@ _TOLD_S = 1.0
 
 def describe_task(key: str, detail: TaskDetail | None) -> str:
     """A task as it is now, in a few words: ``syn-00000042 (running · compute)``."""
+    key = echo(key)
     if detail is None:
         return f"{key} (no such task)"
     if not detail.admitted:
@@ -59,6 +62,12 @@ def describe_task(key: str, detail: TaskDetail | None) -> str:
     if detail.stall != "none":
         state += f" · stalled: {detail.stall}"
     return f"{key} ({state})"
+
+
+def _echo_words(answer: str) -> str:
+    """The engine's ``answer`` with every word of it (a key, a worker id it repeats) at most
+    ``ECHO_CELLS`` wide: what was typed may be any length, the engine's own words are short."""
+    return " ".join(echo(word) for word in answer.split(" "))
 
 
 #: A task in one of these states has ended: there is nothing to cancel.
@@ -84,7 +93,7 @@ class PipelineActions(_Base):
         """Send ``cmd``; say what happened; remember how to undo it when it changed something (a
         ``pause`` while paused answers ``already paused`` and leaves nothing to undo)."""
         result = await self.link.send(cmd)
-        self.notify(result.message, severity="information" if result.ok else "warning", timeout=4)
+        self.notify(_echo_words(result.message), severity="information" if result.ok else "warning", timeout=4)
         if result.ok and result.changed and undo is not None:
             self.undo_stack.push(undo.inverse, undo.restores)
         return result.ok
@@ -160,9 +169,10 @@ class PipelineActions(_Base):
         ended = [k for k, d in found.items() if d is not None and d.state in _ENDED]
         known = tuple(k for k, d in found.items() if d is not None and d.state not in _ENDED)
         if unknown:
-            self.notify("no task " + ", ".join(repr(k) for k in unknown), severity="warning", timeout=5)
+            self.notify("no task " + ", ".join(repr(echo(k)) for k in unknown[:6]) + (
+                f" and {len(unknown) - 6} more" if len(unknown) > 6 else ""), severity="warning", timeout=5)
         if ended:  # asking to cancel a task that has ended would confirm nothing
-            self.notify(", ".join(f"{k} is {found[k].state}" for k in ended[:6]) + (  # type: ignore[union-attr]
+            self.notify(", ".join(f"{echo(k)} is {found[k].state}" for k in ended[:6]) + (  # type: ignore[union-attr]
                 f" and {len(ended) - 6} more" if len(ended) > 6 else "") + ": nothing to cancel", timeout=5)
         if not known:
             return
@@ -214,14 +224,26 @@ class PipelineActions(_Base):
         if await self.send(SetDepth(depth=depth), undo=undo):
             self._told("depth", depth)
 
+    def known_worker(self, worker: str) -> bool:
+        """Whether the newest snapshot has ``worker``; if not, says ``no worker 'X'`` and which there are."""
+        snap = self.snapshot
+        known = [w.id for w in snap.workers] if snap is not None else []
+        if worker not in known:
+            self.notify(f"no worker {echo(worker)!r}" + (f"; workers: {', '.join(known)}" if known else ""),
+                        severity="warning")
+        return worker in known
+
     async def quarantine(self, worker: str, *, release: bool = False) -> None:
         """Quarantine ``worker`` (asking first if it is the last one taking batches), or release it;
-        either way the other is the undo."""
+        either way the other is the undo. An unknown id is answered here (it may be longer than a
+        command can carry)."""
+        if not self.known_worker(worker):
+            return
         if release:
             await self.send(Release(worker=worker), undo=Undoable(Quarantine(worker=worker),
-                                                                  f"{worker} quarantined again"))
+                                                                  f"{echo(worker)} quarantined again"))
             return
-        undo = Undoable(Release(worker=worker), f"{worker} released")
+        undo = Undoable(Release(worker=worker), f"{echo(worker)} released")
         if self._last_taking(worker):
             self._ask_last(worker, lambda: self._quarantine_last(worker, undo), "u undoes")
             return
@@ -241,13 +263,13 @@ class PipelineActions(_Base):
                 self.run_worker(self._guarded(then(), "quarantine"), group="commands")
             elif declined is not None:
                 declined()
-        self.push_screen(ConfirmScreen(f"{worker} is the last worker taking batches. Quarantine it? The run "
+        self.push_screen(ConfirmScreen(f"{echo(worker)} is the last worker taking batches. Quarantine it? The run "
                                        f"cannot progress until it is released ({undo_note})."), answer)
 
     async def _quarantine_last(self, worker: str, undo: Undoable | None) -> None:
         if await self.send(Quarantine(worker=worker), undo=undo):
             self.notify(f"every worker is quarantined: the run cannot progress until one is released "
-                        f"(:release {worker}, or u)", severity="warning", timeout=10)
+                        f"(:release {echo(worker)}, or u)", severity="warning", timeout=10)
 
     async def action_undo(self) -> None:
         last = self.undo_stack.pop()
@@ -257,7 +279,7 @@ class PipelineActions(_Base):
         match last.inverse:
             case Quarantine(worker=worker) if self._last_taking(worker):
                 # The undo asks what the forward action would ask; declined, it stays to undo.
-                self._ask_last(worker, lambda: self._undo(last), f":release {worker}",
+                self._ask_last(worker, lambda: self._undo(last), f":release {echo(worker)}",
                                declined=lambda: self.undo_stack.push(last.inverse, last.restores))
                 return
         await self._undo(last)

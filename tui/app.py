@@ -61,6 +61,9 @@ class WarpdeckApp(CommandMode, App[int]):
     """The warpdeck control room over one link (an engine in process, a recording, a remote one)."""
 
     TITLE = "warpdeck"
+    # Notifications stand above the screens' figures strip (2 lines) and footer (1 line), which they
+    # covered at 80x24: Textual keeps them one line up, clear of a footer only.
+    CSS = "ToastRack { margin-bottom: 3; }"
     BINDINGS: ClassVar[list[BindingType]] = bindings("app")
     COMMANDS: ClassVar = App.COMMANDS | {KeyCommands}
     MODES: ClassVar = {"board": BoardScreen, "workers": WorkersScreen, "timeline": TimelineScreen}
@@ -309,7 +312,7 @@ class WarpdeckApp(CommandMode, App[int]):
                         severity="error", timeout=30)
         elif message.report is not None:
             r = message.report
-            self.notify(f"{r.status}: {r.counts.done:,} done, {r.counts.failed:,} failed, "
+            self.notify(f"{r.ended}: {r.counts.done:,} done, {r.counts.failed:,} failed, "
                         f"{r.counts.cancelled:,} cancelled — q quits", title="run over", timeout=15)
 
     # -- screens -----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ The decision this module protects: a typed command is parsed here into a verb an
 refused with a sentence saying what would work; the app only dispatches. The verbs and what each
 takes are rows of ``operations.OPERATIONS``; this module says how each kind of argument is
 written, checked and completed. Completion looks ids up in the newest snapshot, so it
-offers what exists now; the list of candidates is shown, not only the first.
+offers what exists now; the list of candidates is shown, not only the first. What was typed is
+repeated in an answer at most ``ECHO_CELLS`` wide (``echo``): a pasted 10,000-character key must
+not be written over the screen.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from itertools import islice
 from textual.suggester import Suggester
 
 from warpdeck.engine.api import EngineSnapshot
+from warpdeck.tui.fit import middle
 from warpdeck.tui.operations import SCREENS, VERBS, ArgKind
 
-__all__ = ["VERBS", "CommandLineError", "IdSuggester", "Parsed", "parse", "usage"]
+__all__ = ["ECHO_CELLS", "VERBS", "CommandLineError", "IdSuggester", "Parsed", "echo", "parse", "usage"]
 
 #: How help and errors write each kind of argument.
 _WRITTEN: dict[ArgKind, str] = {"": "", "keys": "KEY…", "keys?": "[KEY…]", "key": "KEY", "int": "N", "text": "[TEXT]",
@@ -27,6 +30,15 @@ _TASK_KEYS: tuple[ArgKind, ...] = ("keys", "keys?", "key")
 _ONE_WORD: tuple[ArgKind, ...] = ("screen", "theme", "worker")
 
 _MAX_CANDIDATES = 12
+
+#: The most cells of typed text (a key, a filter, a name) that an answer repeats.
+ECHO_CELLS = 60
+
+
+def echo(text: str) -> str:
+    """``text`` as an answer repeats it: whole if it fits ``ECHO_CELLS``, else shortened in the
+    middle, its tail kept (``fit.middle``)."""
+    return middle(text, ECHO_CELLS)
 
 
 def usage(verb: str) -> str:
@@ -55,7 +67,7 @@ def parse(text: str) -> Parsed:
     if verb not in VERBS:
         close = [v for v in VERBS if v.startswith(verb[:2])]
         hint = f" (did you mean {', '.join(close)}?)" if close else f"; commands: {', '.join(VERBS)}"
-        raise CommandLineError(f"unknown command {verb!r}{hint}")
+        raise CommandLineError(f"unknown command {echo(verb)!r}{hint}")
     kind = VERBS[verb].args
     if kind == "" and args:
         raise CommandLineError(f"{verb} takes no arguments")
@@ -80,6 +92,22 @@ class IdSuggester(Suggester):
         super().__init__(use_cache=False, case_sensitive=True)
         self._snapshot = snapshot
         self._themes = themes
+
+    def completion(self, value: str) -> str | None:
+        """What tab makes of ``value``: its last word completed to the first candidate, and a
+        space after it when that is the only candidate, so the next word is typed at once
+        (``dep`` → ``depth ``); None where nothing completes it (no candidate, or the word is
+        already whole and the start of another: ``cancel``, ``cancel-all``)."""
+        if not value.strip():
+            return None  # (an empty line lists the verbs instead)
+        head, _, last = value.rpartition(" ")
+        found = self.candidates(value, limit=2)
+        if not found:
+            return None
+        completed = f"{head} {found[0]}" if head else found[0]
+        if len(found) == 1:
+            return completed + " "
+        return completed if found[0] != last else None
 
     async def get_suggestion(self, value: str) -> str | None:
         head, _, last = value.rpartition(" ")

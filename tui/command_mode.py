@@ -4,7 +4,7 @@ The decision this module protects: whatever is typed after ``:``, the user gets 
 and nothing typed there can take the control room down. A verb without arguments runs the very
 action its key runs; one with arguments runs what its row of ``operations.OPERATIONS`` says,
 through the methods here, each saying what it did, or why not (``no task 'X'``, ``no worker 'X'``,
-a number out of range).
+a number out of range). What was typed is repeated at most ``ECHO_CELLS`` wide (``echo``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from warpdeck.tui.actions import PipelineActions
-from warpdeck.tui.command_line import Parsed
+from warpdeck.tui.command_line import Parsed, echo
 from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.operations import SCREENS, VERBS, operation
 from warpdeck.tui.screens.detail import DetailScreen
@@ -53,7 +53,7 @@ class CommandMode(PipelineActions):
     async def open_detail(self, key: str) -> None:
         """The task's detail, or ``no task 'X'``."""
         if await self.link.detail(key) is None:
-            self.notify(f"no task {key!r}", severity="warning")
+            self.notify(f"no task {echo(key)!r}", severity="warning")
             return
         self.push_screen(DetailScreen(key))
 
@@ -62,37 +62,33 @@ class CommandMode(PipelineActions):
         try:
             TaskFilter(text)
         except FilterError as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(f"{echo(exc.term)!r}: {exc.why}", severity="warning")
             return
         self.set_filter(text)
-        self.notify(f"filter /{text}/" if text else "filter cleared", timeout=2)
+        self.notify(f"filter /{echo(text)}/" if text else "filter cleared", timeout=2)
 
     def show_screen(self, name: str) -> None:
         """Switch to a screen by name, or list the screens."""
         if name not in SCREENS:
-            self.notify(f"no screen {name!r}; screens: {', '.join(SCREENS)}", severity="warning")
+            self.notify(f"no screen {echo(name)!r}; screens: {', '.join(SCREENS)}", severity="warning")
         else:
             self.action_screen(name)
 
     def use_theme(self, name: str) -> None:
         """Switch to a theme by name, or list the themes."""
         if name not in self.theme_names:
-            self.notify(f"no theme {name!r}; themes: {', '.join(self.theme_names)}", severity="warning")
+            self.notify(f"no theme {echo(name)!r}; themes: {', '.join(self.theme_names)}", severity="warning")
         else:
             self.theme = name
             self.notify(f"theme {name}", timeout=2)
 
     def show_worker(self, worker: str) -> None:
         """The workers screen with ``worker`` highlighted, or ``no worker 'X'``."""
-        snap = self.snapshot
-        known = [w.id for w in snap.workers] if snap is not None else []
-        if worker not in known:
-            self.notify(f"no worker {worker!r}" + (f"; workers: {', '.join(known)}" if known else ""),
-                        severity="warning")
+        if not self.known_worker(worker):
             return
         self.action_screen("workers")
         screen = self.screen
         if isinstance(screen, WorkersScreen):
             screen.highlight(worker)
         else:  # a dialog (a task's detail) is open over the workers screen
-            self.notify(f"worker {worker}: close the dialog over the workers screen first", severity="warning")
+            self.notify(f"worker {echo(worker)}: close the dialog over the workers screen first", severity="warning")

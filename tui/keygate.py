@@ -25,6 +25,13 @@ Two more rules keep an answer from being given by keys meant for something else 
   before it was there: such keys are set aside while it is up and go back, in order and ahead
   of anything newer, once it is gone (``give_back``). So ``:cancel K⏎`` then ``:retry⏎`` typed at
   once asks about the cancel, and ``:retry`` runs after the answer, not as it.
+
+And a key the terminal merged is taken apart: a terminal sends alt+key as ESC and the key, so
+escape followed at once by ``:`` reads as ``alt+colon``, which nothing is bound to; the gate routes
+it as the escape and the ``:`` that were typed (``_as_typed``). Textual 8.2.8 drops that alt on
+every key named by more than one letter (Textual issue #6663): ESC and ``:`` arrive as a plain
+``:``, which opens the prompt from a screen but is typed into an open prompt. Once Textual keeps
+the alt, this is what keeps escape-then-``:`` opening the prompt.
 """
 
 from __future__ import annotations
@@ -46,6 +53,21 @@ __all__ = ["KeyGate", "KeyRouted"]
 
 Held = events.Key | events.Paste
 _R = TypeVar("_R")
+
+#: Keys a terminal merges when typed fast, by name: what was typed, as (key name, character).
+_MERGED: dict[str, tuple[tuple[str, str], ...]] = {"alt+colon": (("escape", "\x1b"), ("colon", ":"))}
+
+
+def _as_typed(event: Held) -> tuple[Held, ...]:
+    """``event`` as the keys typed: ``alt+colon`` is escape and ``:``; anything else is itself.
+    The keys keep the time the merged one arrived (a question takes only keys typed once it showed)."""
+    typed = _MERGED.get(event.key) if isinstance(event, events.Key) else None
+    if typed is None:
+        return (event,)
+    keys = tuple(events.Key(key, character) for key, character in typed)
+    for key in keys:
+        key.time = event.time
+    return keys
 
 
 class KeyRouted(Message):
@@ -124,7 +146,7 @@ class KeyGate(Generic[_R]):
 
     async def arrive(self, event: Held) -> None:
         """A key or paste from the terminal, in the order typed."""
-        self._held.append(event)
+        self._held.extend(_as_typed(event))
         if not self._busy:
             await self._next()
 

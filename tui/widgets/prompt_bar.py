@@ -10,6 +10,14 @@ get the same bar inside a ``PromptScreen``.
 Enter hands the line over while its key is being handled (``_PromptInput``), not through Textual's
 ``Submitted`` message, which is queued behind the key: by then the key gate (``tui/keygate.py``)
 had routed the next keys of a burst, and ``:depth 11⏎:depth 12⏎`` ran only the first (issue 29).
+
+While the bar is open the footer under it is hidden. Textual's compositor cuts every line at the
+edge of every widget on it, whatever its layer, and a wide character (``任``, an emoji) of the top
+widget that straddles a cut is drawn as two blanks (Textual issue #6357): the footer's keys, a row
+of small widgets under the input line, blanked the characters typed over their edges.
+
+A paste of several lines is kept whole, its lines joined by a space, and the hint says so: a
+command line is one line, and a paste never runs it (enter does).
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ from collections.abc import Callable
 from typing import ClassVar, Protocol, runtime_checkable
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.suggester import Suggester
 from textual.widget import Widget
-from textual.widgets import Input, Label
+from textual.widgets import Footer, Input, Label
 
 __all__ = ["PromptBar"]
 
@@ -32,7 +41,24 @@ Check = Callable[[str], "str | None"]
 
 
 class _PromptInput(Input):
-    """The bar's input: enter submits at once (``PromptBar.submit``), within the key's handling."""
+    """The bar's input: enter submits at once (``PromptBar.submit``), within the key's handling; a
+    paste of several lines is taken as one line (``PromptBar.noted``)."""
+
+    def _on_paste(self, event: events.Paste) -> None:
+        pasted = event.text.splitlines()
+        if len(pasted) < 2:
+            return  # one line: Textual's handler (Input's, next in line) takes it
+        event.prevent_default()  # Input's would keep the first line only
+        event.stop()
+        lines = [line.strip() for line in pasted if line.strip()]
+        text = " ".join(lines)
+        if self.selection.is_empty:
+            self.insert_text_at_cursor(text)
+        else:
+            self.replace(text, *self.selection)
+        bar = self.parent
+        if len(lines) > 1 and isinstance(bar, PromptBar):
+            bar.noted(f"pasted {len(lines)} lines as one")
 
     async def action_submit(self) -> None:
         bar = self.parent
@@ -44,9 +70,11 @@ class _PromptInput(Input):
 
 @runtime_checkable
 class Candidates(Protocol):
-    """A suggester that can also list every candidate (``IdSuggester``)."""
+    """A suggester that can also list every candidate and say what tab completes (``IdSuggester``)."""
 
     def candidates(self, value: str, limit: int = ..., *, task_keys: bool = True) -> list[str]: ...
+
+    def completion(self, value: str) -> str | None: ...
 
 
 class PromptBar(Vertical):
@@ -84,6 +112,7 @@ class PromptBar(Vertical):
         self._check: Check | None = None
         self._then: Callable[[str | None], object] | None = None
         self._before: Widget | None = None
+        self._hint_text = ""
 
     def compose(self) -> ComposeResult:
         yield self._hint
@@ -120,8 +149,10 @@ class PromptBar(Vertical):
         if not self.is_open:
             focused = self.screen.focused
             self._before = focused if focused is not None and focused not in self.query("*") else None
+            self._cover_footer(True)
         self._check, self._then = check, then
         # Each update lays the bar out again: only what changed (opening costs a frame, not three).
+        self._hint_text = hint
         _set(self._hint, hint)
         _set(self._error, "")
         if self._candidates.display:
@@ -143,6 +174,7 @@ class PromptBar(Vertical):
         then, before = self._then, self._before
         self._then = self._check = self._before = None
         self.remove_class("-open")
+        self._cover_footer(False)
         self._input.can_focus = False
         if before is not None and before.is_attached and before.screen is self.screen:
             self.screen.set_focus(before)  # not ``focus()``, which repaints all of it
@@ -153,19 +185,41 @@ class PromptBar(Vertical):
             then(value)
 
     def complete(self) -> None:
-        """Take the suggested completion (tab), as the right arrow does at the end of the line;
-        with none to take, list what could follow (on an empty line: every verb)."""
+        """Tab: complete the last word, with a space after it where only one candidate was left
+        (``Candidates.completion``); with nothing to complete, list what could follow (on an
+        empty line: every verb). Worked out here, not taken from the suggestion shown, which
+        Textual looks up in a worker and which a burst of keys can overtake."""
         field = self._input
         before = field.value
+        suggester = field.suggester
+        if isinstance(suggester, Candidates):
+            completed = suggester.completion(before)
+            if completed is not None:
+                field.value = completed
+        else:  # another suggester: take its suggestion, as the right arrow does at the end of the line
+            field.cursor_position = len(before)
+            field.action_cursor_right()
         field.cursor_position = len(field.value)
-        field.action_cursor_right()
         if field.value == before:
             self._show_candidates(task_keys=True)
+
+    def noted(self, note: str) -> None:
+        """Say ``note`` in the hint line, before the hint, until the prompt is asked again."""
+        _set(self._hint, f"{note} · {self._hint_text}" if self._hint_text else note)
 
     @property
     def candidates_shown(self) -> str:
         """The candidate line as shown (empty: none)."""
         return str(self._candidates.render())
+
+    def _cover_footer(self, covered: bool) -> None:
+        """Hide the screen's footer while the open bar covers it (the module docstring says why);
+        it keeps its place, so nothing moves."""
+        for footer in self.screen.query_children(Footer):
+            if covered:
+                footer.styles.visibility = "hidden"
+            else:
+                footer.styles.clear_rule("visibility")
 
     def _show_candidates(self, *, task_keys: bool) -> None:
         suggester = self._input.suggester
