@@ -9,18 +9,23 @@ burst that may open a dialog holds no enter or space (a button with the focus wo
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from textual import events
 from textual.widgets import Input
-from wd_tui import commands, engine_app, key_event, settled
+from wd_tui import asking, burst, commands, engine_app, key_event, notes, settled, slow_spec, until
 
-from warpdeck.engine.api import Cancel, Drain
+from warpdeck.engine.api import Cancel, Drain, Pause, Resume, RetryFailed, SetDepth, State
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.screens.confirm import ConfirmScreen
 from warpdeck.tui.widgets.prompt_bar import PromptBar
+from warpdeck.tui.widgets.task_list import TaskList
 
 SEED = 20261123
 STEPS = 160
@@ -100,3 +105,83 @@ async def test_key_fuzz(tmp_path: Path, size: tuple[int, int]) -> None:
                 await close_everything(app, pilot)
         await close_everything(app, pilot)
     assert keys > 1000
+
+
+#: Commands a burst is made of: each with the command it sends, or None for one that asks first.
+#: Pause and resume answer from the room where the run is already so (``already paused``), and the
+#: room may not know yet: they are sent or not, but never out of order.
+_BURST_VERBS: list[tuple[str, Any]] = [
+    ("pause", Pause()), ("resume", Resume()), ("retry", RetryFailed()), ("depth {n}", "depth"),
+    ("cancel {key}", None), ("drain", None), ("cancel-all", None),
+]
+
+
+def _in_order(sent: list[Any], typed: list[Any]) -> bool:
+    """``sent`` is ``typed`` with some pauses and resumes left out, nothing reordered or added."""
+    it = iter(typed)
+    return all(any(c == t for t in it) for c in sent)
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_command_bursts_with_slow_answers_run_each_command_once_in_order(tmp_path: Path, seed: int) -> None:
+    # Bursts of two to ten commands posted at once while the engine answers late (each command's
+    # answer and each task lookup delayed at random, as a loaded machine delays them): every
+    # command runs once, in the order typed (depth and retry always; pause and resume where the
+    # room does not already know the run is so); every question is answered only by a key typed
+    # once it was visible, here always no (``n``, or escape where the answer is a typed word), so
+    # nothing is cancelled or drained.
+    rng = random.Random(f"{SEED}-bursts-{seed}")
+    async with engine_app(tmp_path, slow_spec(stage="wd_stages:sleep_forever_ish"),
+                          log_path=tmp_path / "room.log") as (app, pilot, link):
+        lst = app.screen.query_one("#list-queued", TaskList)
+        await until(pilot, lambda: lst.count > 20)
+        view = app.snapshot.tasks
+        queued = [view.keys[r] for r in np.flatnonzero(view.state == int(State.QUEUED))[-10:].tolist()]
+        real_send, real_detail = link.send, link.detail
+
+        async def slow_send(cmd: Any) -> Any:
+            await asyncio.sleep(rng.uniform(0.0, 0.3))
+            return await real_send(cmd)
+
+        async def slow_detail(key: str) -> Any:
+            await asyncio.sleep(rng.uniform(0.0, 0.8))
+            return await real_detail(key)
+
+        link.send, link.detail = slow_send, slow_detail
+        typed_all: list[Any] = []
+        depth = 0
+        for _ in range(4):
+            typed = ""
+            for _ in range(rng.randint(2, 10)):
+                text, sends = rng.choice(_BURST_VERBS)
+                depth = depth % 29 + 2  # a new depth each time: never "already"
+                typed += ":" + text.format(n=depth, key=rng.choice(queued)) + "\r"
+                if sends is not None:
+                    typed_all.append(SetDepth(depth=depth) if sends == "depth" else sends)
+            exact = [c for c in typed_all if not isinstance(c, Pause | Resume)]
+            burst(app, typed)
+
+            def settled_all() -> bool:
+                return (not asking(app) and app.keygate.held == 0 and app.keygate.set_aside == 0
+                        and not app.keygate.busy and app.screen.name == "board")
+
+            def sent_exact() -> list[Any]:
+                return [c for c in commands(link) if not isinstance(c, Pause | Resume)]
+
+            end = time.monotonic() + 60
+            while not (sent_exact() == exact and settled_all()):
+                assert time.monotonic() < end, (typed, exact, sent_exact(), notes(app))
+                await pilot.pause(0.02)
+                await until(pilot, lambda: asking(app) or settled_all(), 30)
+                if asking(app):  # each question, once drawn, gets a no typed after it
+                    question = app.screen
+                    await pilot.pause(0.05)
+                    if getattr(question, "type_to_confirm", None) is None:
+                        burst(app, "n")
+                    else:  # a question answered by typing a word: escape says no
+                        app.post_message(key("escape"))
+                    await until(pilot, lambda q=question: app.screen is not q, 10)  # the next may ask at once
+            sent = commands(link)
+            assert _in_order(sent, typed_all), (sent, typed_all)
+            assert not any(isinstance(c, Cancel | Drain) for c in sent)
+            assert app.errors == 0, (tmp_path / "room.log").read_text()
