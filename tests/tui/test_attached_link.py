@@ -8,12 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import pytest
 from textual.widgets import Static
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
+from wd_tmux import TMUX_MARK, Pane
 from wd_tui import SIZE, notes, until
 
 from warpdeck.engine.api import BrokerAddress, LinkView
@@ -164,34 +162,18 @@ async def test_q_quits_at_once_while_an_attempt_waits(mute_broker: MuteBroker, t
     assert took < 2.0, f"quitting took {took:.1f} s"
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None and os.environ.get("CI") != "true", reason="tmux is not installed")
+@TMUX_MARK
 def test_warpdeck_attach_to_an_address_where_nothing_listens(tmp_path: Path) -> None:
     # As a person runs it (issue 29: it waited for ever, without a word).
     port = free_port()
     warpdeck = Path(sys.executable).parent / "warpdeck"
-    name = f"wd-{uuid.uuid4().hex[:8]}"
-    command = f"unset COLUMNS LINES; {warpdeck} attach mqtt://127.0.0.1:{port} --pipeline x; echo EXIT=$?; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "150", "-y", "42", "-c", str(tmp_path), command],
-                   check=True)
-
-    def pane() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True,
-                              check=True).stdout
-
-    def wait_for(needle: str, limit_s: float) -> str:
-        end = time.monotonic() + limit_s
-        while needle not in (text := pane()):
-            if time.monotonic() > end:
-                raise AssertionError(f"{needle!r} never showed; the pane holds:\n{text}")
-            time.sleep(0.1)
-        return text
-
+    pane = Pane(f"{warpdeck} attach mqtt://127.0.0.1:{port} --pipeline x; echo EXIT=$?; sleep 30", tmp_path)
     try:
-        screen = wait_for("cannot reach broker", 20)
+        screen = pane.wait_for("cannot reach broker", 20)
         # (The notification wraps in its box: the address and the reason, then the rest.)
         assert f"cannot reach broker mqtt://127.0.0.1:{port}: connection" in screen, screen
         assert "refused · retrying" in screen, screen
-        subprocess.run(["tmux", "send-keys", "-t", name, "q"], check=True)
-        wait_for("EXIT=0", 5)
+        pane.keys("q")
+        pane.wait_for("EXIT=0", 5)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, check=False)
+        pane.close()

@@ -3,28 +3,16 @@ it changes under the app (issue 29, item 10)."""
 
 from __future__ import annotations
 
-import importlib.util
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-TMUX_TESTS = Path(__file__).with_name("test_tmux.py")
+from wd_tmux import TMUX_MARK, Pane
 
-
-def _tmux_tests() -> Any:
-    """test_tmux.py, for its ``Pane`` (pytest's importlib mode puts no test folder on sys.path)."""
-    spec = importlib.util.spec_from_file_location("wd_tmux_tests", TMUX_TESTS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tmux = _tmux_tests()
-Pane = _tmux.Pane
-pytestmark = _tmux.pytestmark
+pytestmark = TMUX_MARK
 WARPDECK = Path(sys.executable).parent / "warpdeck"
 
 
@@ -84,3 +72,35 @@ def test_quitting_after_a_resize_gives_the_terminal_back_with_no_frame_left(tmp_
     finally:
         pane.close()
 
+
+
+def test_the_highlighted_task_is_a_bar_that_stays_in_view_as_tasks_arrive(tmp_path: Path) -> None:
+    # Issue 29, item 6, as a person sees it: the highlight is a reversed bar (not only bold), and
+    # while done tasks keep arriving at the top of the done column it stays on its task, on the
+    # line where it was seen.
+    pane = _demo(tmp_path)
+    try:
+        key = re.compile(r"[A-Za-z]+-\d{3,}")
+
+        def highlighted() -> tuple[int, str] | None:
+            found = [(y, m.group(0)) for y, run in pane.reversed_runs() if (m := key.search(run))]
+            return found[0] if len(found) == 1 else None
+
+        def wait_highlight(on_line: int | None = None) -> tuple[int, str]:
+            end = time.monotonic() + 10
+            while (at := highlighted()) is None or (on_line is not None and at[0] != on_line):
+                assert time.monotonic() < end, (at, pane.text(styles=True))
+                time.sleep(0.1)
+            return at
+
+        pane.keys("h")  # from the queued column round to the done column
+        top, _ = wait_highlight()
+        pane.keys("j", "j", "j")
+        first = wait_highlight(top + 3)
+        done_before = pane.text()
+        time.sleep(2.0)  # hundreds of tasks finish meanwhile, each listed above it
+        assert pane.text() != done_before
+        assert highlighted() == first, (first, highlighted())
+        _quit(pane)
+    finally:
+        pane.close()
