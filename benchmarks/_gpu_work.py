@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 #: One task: a float32 block of this shape (1 MiB).
 TASK_SHAPE = (256, 1024)

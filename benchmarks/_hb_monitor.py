@@ -38,7 +38,8 @@ from typing import Any
 
 from warpdeck.engine.api import Engine, parse_spec
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.monitor import Verdict, WorkerMonitor
+from warpdeck.engine.control.monitor import WorkerMonitor
+from warpdeck.engine.control.monitor_types import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 
 POLL_S = 0.05

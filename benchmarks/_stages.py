@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 # -- overlap.py ------------------------------------------------------------------------------------
 #: Seconds the compute stage sleeps per batch; overlap.py sets it before a run.

@@ -106,9 +106,8 @@ def _batch_log(n: int, table: Any) -> tuple[float, int, float]:
     """RSS growth (MB), column bytes and fill time of a batch log holding ``n`` batches of one task."""
     import numpy as np  # noqa: PLC0415
 
-    from warpdeck.engine.edges.sources import BatchKey  # noqa: PLC0415
-    from warpdeck.engine.run.batching import Batch  # noqa: PLC0415
     from warpdeck.engine.state.batch_log import BatchLog  # noqa: PLC0415
+    from warpdeck.engine.state.batches import Batch, BatchKey  # noqa: PLC0415
     from warpdeck.engine.state.records import BatchRecord  # noqa: PLC0415
 
     before = _rss_bytes()

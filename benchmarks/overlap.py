@@ -52,7 +52,7 @@ from _common import print_table, verdict, write_json
 from _stages import BatchSleepSink, CpuBurn, ScheduledSource
 
 from warpdeck.engine.api import Engine, RunReport, parse_spec
-from warpdeck.engine.edges.sources import TaskInput
+from warpdeck.engine.state.batches import TaskInput
 
 BATCH = 32
 SHAPE = (256,)

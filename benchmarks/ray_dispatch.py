@@ -73,10 +73,10 @@ async def _round_trips(n: int) -> tuple[float, float]:
     """p50 of an empty call to an actor, and of a 1 MiB batch out and back (no-op stage)."""
     import numpy as np  # noqa: PLC0415
 
-    from warpdeck.engine.edges.sources import BatchKey  # noqa: PLC0415
     from warpdeck.engine.scaleout import raylink  # noqa: PLC0415
     from warpdeck.engine.scaleout.jobs import BatchJob  # noqa: PLC0415
     from warpdeck.engine.scaleout.worker import LaneWorker  # noqa: PLC0415
+    from warpdeck.engine.state.batches import BatchKey  # noqa: PLC0415
 
     spec = _spec("ray", 1)
     [handle] = raylink.spawn(LaneWorker, 1, lambda k: (spec, "bench-rtt", None), gpus=1, max_restarts=0)

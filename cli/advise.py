@@ -1,7 +1,7 @@
 """``warpdeck advise SPEC``: a short calibration, then the settings to run the spec with.
 
 The decisions this module protects: advise never runs the pipeline for real; its calibration
-runs keep no journal and write into a scratch directory they remove (engine/run/calibrate.py),
+runs keep no journal and write into a scratch directory they remove (engine/calibrate.py),
 so a run directory is never touched. Everything is printed in one table, a column per backend,
 and ``--json`` writes every figure the table is made from. Exit status 0 with advice, 1 when the
 calibration could not finish a batch, 2 for bad usage or a bad spec (as ``run``).

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from warpdeck.engine.backends import Backend, BackendError, select_backend
+from warpdeck.engine.calibrate import advise, with_plan
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
-from warpdeck.engine.control.link_meter import LinkView
 from warpdeck.engine.control.looping import LoopThread
-from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.plane import ControlSettings
+from warpdeck.engine.control.recording_trace import trace_recording
 from warpdeck.engine.control.remote import RemoteEngine, read_recording
 from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.wire import WireError
@@ -24,9 +24,12 @@ from warpdeck.engine.edges.exports import Exports, ExportSettings, exporting, pa
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source
-from warpdeck.engine.edges.trace_export import trace_recording
-from warpdeck.engine.run.calibrate import advise, with_plan
-from warpdeck.engine.run.commands import (
+from warpdeck.engine.engine import Engine
+from warpdeck.engine.run.torch_stages import torch_stage
+from warpdeck.engine.state.advice import Advice, BackendAdvice
+from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
+from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck, more_lanes_words
+from warpdeck.engine.state.commands import (
     COMMAND_ADAPTER,
     Cancel,
     Command,
@@ -40,14 +43,8 @@ from warpdeck.engine.run.commands import (
     RetryFailed,
     SetDepth,
 )
-from warpdeck.engine.run.engine import Engine
-from warpdeck.engine.run.feeder import FeederState
-from warpdeck.engine.run.outage import OutageView
-from warpdeck.engine.run.torch_stages import torch_stage
-from warpdeck.engine.state.advice import Advice, BackendAdvice
-from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
-from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck, more_lanes_words
 from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.part_views import FeederState, LinkView, OutageView, WorkerState
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.report import EXIT_STATUS_HELP, ExitStatus, ReportOutages, RunReport, not_run
 from warpdeck.engine.state.run_events import (
@@ -81,18 +78,17 @@ from warpdeck.engine.state.snapshot import (
     WorkerView,
     ended_words,
 )
-from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
-from warpdeck.engine.state.tasks import (
+from warpdeck.engine.state.task_states import (
     ALL_QUARANTINED,
-    AttemptOutcome,
     Phase,
     PhaseName,
     StallName,
     StallReason,
     State,
     StateName,
-    TaskAttempt,
 )
+from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
+from warpdeck.engine.state.tasks import AttemptOutcome, TaskAttempt
 
 __all__ = [
     "ALL_QUARANTINED",

@@ -50,7 +50,7 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
 def _no_report_above_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every run report made in this process (any test, any front end) has overlap efficiency <= 1
     and device busy within [0, 1]: the bound is never below what the run reached (issue 16)."""
-    from warpdeck.engine.run import engine as engine_module
+    from warpdeck.engine import engine as engine_module
 
     made = engine_module.make_report
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.host_pool import HostPool
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = [
     "HOST_PHASES",

@@ -38,7 +38,7 @@ from warpdeck.engine.backends.base import (
     StreamSet,
 )
 from warpdeck.engine.backends.numpy_backend import HOST_CLOCK
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason", "torch_stream_context"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, NonfiniteCounter, StreamSet
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["HOST_CLOCK", "NumpyBackend"]
 

@@ -25,7 +25,7 @@ from pydantic_core import from_json
 from warpdeck.engine.control.outbox import EventQueue, Summaries
 from warpdeck.engine.control.signing import CommandRefused, Verifier
 from warpdeck.engine.control.wire import MAX_BYTES, Event
-from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.commands import Command, CommandResult
 
 __all__ = ["CommandIntake"]
 

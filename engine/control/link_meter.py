@@ -18,32 +18,10 @@ The decisions this module protects:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+
+from warpdeck.engine.state.part_views import LinkView
 
 __all__ = ["LinkMeter", "LinkView"]
-
-
-@dataclass(frozen=True, slots=True)
-class LinkView:
-    """An attached room's link as its client measured it; None in a snapshot from this process."""
-
-    connected: bool
-    """Whether the client is connected to the broker."""
-    bytes_s: float
-    """Telemetry bytes received a second, as they came over the wire (compressed)."""
-    frames_s: float
-    lag_s: float | None
-    """The newest frame's arrival less its send time (the engine's clock against this machine's:
-    their difference is in it); None before any frame."""
-    behind_s: float
-    """The newest lag above the least of the last minute: how far behind the frames run, free of
-    any constant clock difference."""
-    silent_s: float | None
-    """Since the newest frame arrived; None before any."""
-    lost: int
-    """Frames that never arrived (gaps in the engine's frame numbers)."""
-    refused: str = ""
-    """The newest telemetry refused, and why (a version this build does not speak, …)."""
 
 
 class LinkMeter:

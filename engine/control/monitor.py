@@ -38,6 +38,8 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from warpdeck.engine.state.part_views import WorkerState
+
 # Relative, so that `mypy engine/control/monitor.py` (which names the file engine.control.monitor,
 # not warpdeck.engine.control.monitor) resolves them as well as `mypy -p warpdeck.engine` does.
 from .lag import LagSpans
@@ -48,15 +50,13 @@ from .monitor_types import (
     Verdict,
     VerdictKind,
     VerdictReason,
-    WorkerState,
     WorkerStatus,
 )
 from .phi import PhiAccrual
 from .worker_records import WorkerRecord, WorkerRecords
 
-# MonitorConfig and Verdict are re-exported: the engine (engine/run/engine.py), tests/support and
-# benchmarks name them from here. Everything else of the monitor's vocabulary is in monitor_types.
-__all__ = ["MonitorConfig", "Verdict", "WorkerMonitor"]
+# The monitor's vocabulary (its config, verdicts, counters) is in monitor_types.
+__all__ = ["WorkerMonitor"]
 
 _SEQ_MOD = 256
 _NEVER = math.inf

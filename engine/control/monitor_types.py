@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from warpdeck.engine.state.part_views import WorkerState
+
 __all__ = [
     "MonitorConfig",
     "MonitorCounters",
@@ -31,7 +33,6 @@ __all__ = [
     "Verdict",
     "VerdictKind",
     "VerdictReason",
-    "WorkerState",
     "WorkerStatus",
 ]
 
@@ -84,18 +85,6 @@ class MonitorConfig(BaseModel):
         if self.min_samples > self.window:
             raise ValueError(f"min_samples ({self.min_samples}) must not exceed window ({self.window})")
         return self
-
-
-class WorkerState(enum.StrEnum):
-    """What the control room shows for a worker, most pressing first: an operator's quarantine,
-    then death, then what the monitor cannot know (stale), then hung, late, online."""
-
-    ONLINE = "online"
-    LATE = "late"
-    STALE = "stale"
-    DEAD = "dead"
-    QUARANTINED = "quarantined"
-    HUNG = "hung"
 
 
 class VerdictKind(enum.StrEnum):

@@ -58,7 +58,7 @@ from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import EngineState, Event, Heartbeat, WireError, decode, encode
 from warpdeck.engine.control.worker_auth import WorkerAuth
 from warpdeck.engine.control.worker_intake import WorkerIntake
-from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.run_events import RunEvents
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot
 

@@ -43,13 +43,14 @@ import aiomqtt
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.compact import unpack_record
 from warpdeck.engine.control.drops import DropCounter
-from warpdeck.engine.control.link_meter import LinkMeter, LinkView
+from warpdeck.engine.control.link_meter import LinkMeter
 from warpdeck.engine.control.looping import LoopThread, cancel_and_wait, keep_connected
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.telemetry import detail_from, snapshot_from
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import MAX_BYTES, EngineState, Event, Telemetry, WireError, decode, encode, plain
-from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.commands import Command, CommandResult
+from warpdeck.engine.state.part_views import LinkView
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
 

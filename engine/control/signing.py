@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from warpdeck.engine.control.wire import SignedCommand, WireError, decode, encode
-from warpdeck.engine.run.commands import COMMAND_ADAPTER, Command
+from warpdeck.engine.state.commands import COMMAND_ADAPTER, Command
 
 __all__ = ["SECRET_ENV", "CommandRefused", "NonceCache", "Signer", "Verifier", "load_secret"]
 

@@ -28,14 +28,14 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.control.compact import ColumnName, PackedRecord, expand_keys, key_runs, pack_record, unpack_record
-from warpdeck.engine.control.link_meter import LinkView
 from warpdeck.engine.control.wire import Event, Telemetry, encode_telemetry
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, QUEUED, STALLED
+from warpdeck.engine.state.part_views import LinkView
 from warpdeck.engine.state.read_only import read_only
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import RunEvent, StallEvent, WorkerGone, WorkerWaiting
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, TaskDetail, TaskFailure, TaskView
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason, State
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason, State
 
 __all__ = [
     "COLUMN_SAMPLE",

@@ -16,8 +16,9 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from warpdeck.engine.control.monitor_types import WorkerState, WorkerStatus
+from warpdeck.engine.control.monitor_types import WorkerStatus
 from warpdeck.engine.control.wire import DeviceStats, Heartbeat
+from warpdeck.engine.state.part_views import WorkerState
 from warpdeck.engine.state.snapshot import WorkerView
 
 __all__ = ["local_worker_id", "merge_workers"]

@@ -39,8 +39,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, from_json
 
 from warpdeck.engine.control.compact import MAX_COLUMN_KEYS, ColumnItem, PackedRecord, run_length
-from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.part_views import OutageView
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
@@ -276,7 +276,7 @@ class Telemetry(BaseModel):
     """Every sampled column's size (``ColumnName``), however few of its keys ``columns`` carries."""
     control: ControlView | None = None
     outage: OutageView | None = None
-    """Set while an outage holds the run (engine/run/outage.py)."""
+    """Set while an outage holds the run (engine/edges/outage.py)."""
     stalled_left_out: int = Field(ge=0, default=0)
     """Stalled tasks not in ``stalled`` (the counts have them all)."""
     failures_left_out: int = Field(ge=0, default=0)

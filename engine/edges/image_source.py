@@ -36,7 +36,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from warpdeck.engine.edges.config import ImageSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import open_regular
-from warpdeck.engine.edges.sources import BatchKey, KeyedTasks, TaskInput, load_each, safe_key
+from warpdeck.engine.edges.sources import KeyedTasks, load_each, safe_key
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 

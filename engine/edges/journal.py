@@ -43,9 +43,10 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.edges.outage import Outage, OutageAbandoned, environment_cause
 from warpdeck.engine.edges.spec_diff import mismatch_message
-from warpdeck.engine.run.outage import Outage, OutageAbandoned, environment_cause
-from warpdeck.engine.state.tasks import State, TaskAttempt
+from warpdeck.engine.state.task_states import State
+from warpdeck.engine.state.tasks import TaskAttempt
 
 __all__ = [
     "JOURNAL_NAME",

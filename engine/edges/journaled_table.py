@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal
-from warpdeck.engine.state.tasks import AttemptOutcome, State, TaskTable
+from warpdeck.engine.state.task_states import State
+from warpdeck.engine.state.tasks import AttemptOutcome, TaskTable
 
 __all__ = ["JournaledTable"]
 

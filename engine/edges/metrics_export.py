@@ -33,12 +33,12 @@ from prometheus_client import start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from warpdeck.engine.control.monitor_types import WorkerState
-from warpdeck.engine.run.commands import Command
+from warpdeck.engine.state.commands import Command
+from warpdeck.engine.state.part_views import WorkerState
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import BatchFinished, CommandEvent, RunEvent, StallEvent, WorkerConvicted
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, EngineStatus
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
 
 __all__ = ["CONVICTION_CAUSES", "MetricsBindError", "MetricsExporter", "conviction_cause"]
 

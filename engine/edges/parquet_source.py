@@ -35,7 +35,8 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from warpdeck.engine.edges.config import ParquetSource, SpecError, SpecIssue
 from warpdeck.engine.edges.input_errors import InputError
-from warpdeck.engine.edges.sources import BatchKey, KeyedTasks, TaskInput, load_each, safe_key
+from warpdeck.engine.edges.sources import KeyedTasks, load_each, safe_key
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = ["ParquetSourceImpl", "flat_values", "table_key"]
 

@@ -25,8 +25,10 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, ResumeState
 from warpdeck.engine.edges.sinks import DurableSink, Sink, rejected_outputs
-from warpdeck.engine.edges.sources import SAFE_KEY, Source, TaskInput, source_describes, source_produces
-from warpdeck.engine.state.tasks import State, TaskAttempt, TaskTable
+from warpdeck.engine.edges.sources import SAFE_KEY, Source, source_describes, source_produces
+from warpdeck.engine.state.batches import TaskInput
+from warpdeck.engine.state.task_states import State
+from warpdeck.engine.state.tasks import TaskAttempt, TaskTable
 
 __all__ = ["IN_FLIGHT_REASON", "ResumingSource"]
 

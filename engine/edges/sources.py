@@ -8,12 +8,9 @@ per task, so one corrupt or wrongly shaped input fails alone, before it reaches 
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
-import math
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,18 +27,16 @@ from warpdeck.engine.edges.config import (
 )
 from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.npy_inputs import dtype_problem, open_regular, read_header, usable
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = [
     "SAFE_KEY",
-    "BatchKey",
     "InputError",
     "IterableSource",
     "KeyedTasks",
     "NpyDirSourceImpl",
     "Source",
     "SyntheticSourceImpl",
-    "TaskInput",
-    "item_nbytes",
     "load_each",
     "open_source",
     "safe_key",
@@ -52,45 +47,6 @@ __all__ = [
 
 #: Task keys name output files, so they are restricted to what is safe in a file name.
 SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
-
-
-def item_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any] | str) -> int:
-    """Bytes of one task's array of ``shape`` and ``dtype``."""
-    return int(math.prod(shape)) * np.dtype(dtype).itemsize
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    # Asked once per admitted task: a million tasks share a handful of keys.
-    return item_nbytes(shape, dtype)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchKey:
-    """Tasks with equal keys can share a batch: same kind, shape and dtype (uniform work)."""
-
-    kind: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of one task's input."""
-        return _key_nbytes(self.shape, self.dtype)
-
-    def __str__(self) -> str:
-        return f"{self.kind}{list(self.shape)}:{self.dtype}"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskInput:
-    """One enumerated task: its key, its batching key, and what the source needs to load it."""
-
-    key: str
-    batch_key: BatchKey
-    handle: Any
-    #: Set when enumeration already knows the input is unusable (unreadable header, say).
-    error: str = ""
 
 
 class Source(Protocol):

@@ -20,17 +20,13 @@ The decisions this module protects:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Generator
 from pathlib import Path
 from typing import IO
 
-from warpdeck.engine.control.remote import read_recording
-from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import (
     BatchFinished,
     CommandEvent,
@@ -42,10 +38,9 @@ from warpdeck.engine.state.run_events import (
     WorkerWaiting,
 )
 from warpdeck.engine.state.snapshot import EngineSnapshot, WorkerView
-from warpdeck.engine.state.tasks import RUN_PHASES
+from warpdeck.engine.state.task_states import RUN_PHASES
 
-__all__ = ["COUNTER_STAGE", "MAX_BYTES", "SAMPLED_BATCHES", "WHOLE_BATCHES", "TraceWriter", "lane_owners",
-           "trace_recording"]
+__all__ = ["COUNTER_STAGE", "MAX_BYTES", "SAMPLED_BATCHES", "WHOLE_BATCHES", "TraceWriter", "lane_owners"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +86,7 @@ def _picked(batch: int, stride: int) -> bool:
 
 def lane_owners(snap: EngineSnapshot) -> dict[int, WorkerView]:
     """Which worker holds each lane, where the snapshot tells it: lanes are handed to workers in
-    blocks, in the workers' order (engine/run/engine.py); {} where the counts do not add up."""
+    blocks, in the workers' order (engine/engine.py); {} where the counts do not add up."""
     workers = [w for w in snap.workers if w.lanes > 0]
     lanes = sorted(ln.id for ln in snap.lanes)
     if sum(w.lanes for w in workers) != len(lanes):
@@ -407,40 +402,3 @@ class TraceWriter:
             self._file = None
 
 
-def _frames(recording: Path) -> Generator[tuple[EngineSnapshot, tuple[BatchRecord, ...]]]:
-    """Each snapshot of a recording with the batch records that are new in it (read_recording gives
-    the gathered timeline; the records it keeps are the same objects from frame to frame)."""
-    last: BatchRecord | None = None
-    for snap in read_recording(recording):
-        tl = snap.timeline
-        at = next((i for i in range(len(tl) - 1, -1, -1) if tl[i] is last), -1) if last is not None else -1
-        yield snap, tl[at + 1:]
-        if tl:
-            last = tl[-1]
-
-
-def trace_recording(recording: Path, out: Path) -> int:
-    """The trace of an ``attach --record`` file: its batches and counters (a recording holds no
-    stalls, commands or convictions). Returns the number of trace events written; ``ValueError``
-    for a file with no telemetry in it (nothing is written then)."""
-    frames = _frames(recording)
-    try:
-        first = next(frames, None)
-        if first is None:
-            raise ValueError(f"{recording}: no telemetry in it (is it a warpdeck --record file?)")
-        writer = TraceWriter(out, first[0].pipeline)
-        last: EngineSnapshot | None = None
-        try:
-            for snap, new in itertools.chain((first,), frames):
-                last = snap  # its records are on its clock: seconds since the run's start (t0 0)
-                writer.on_snapshot(snap)
-                owners = lane_owners(snap)
-                for rec in new:
-                    w = owners.get(rec.lane)
-                    worker, epoch = (w.id, w.epoch) if w is not None else ("recorded", 0)
-                    writer.on_event(BatchFinished(rec, worker, epoch))
-        finally:
-            writer.close(last)
-    finally:
-        frames.close()
-    return writer.events

@@ -36,7 +36,7 @@ from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.state.bottleneck import HostThreads, ThreadCap
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["Autotuner", "DepthTuner", "LaneSettings", "TunerDecision", "Window", "default_cores", "measure_window"]
 

@@ -12,34 +12,12 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.state.batches import Batch, BatchKey, TaskInput
 
-__all__ = ["Batch", "ReadyQueue"]
-
-
-@dataclass(slots=True)
-class Batch:
-    """Tasks that travel a lane together. ``idx`` are task-table rows, ``items`` their inputs."""
-
-    id: int
-    key: BatchKey
-    idx: npt.NDArray[np.int64]
-    items: list[TaskInput]
-    formed_at: float
-    #: Distinct batching keys waiting when this batch was formed.
-    divergence: int = 1
-    lane: int = -1
-    slot: int = -1
-    retry: bool = False
-    meta: dict[str, float] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.items)
+__all__ = ["ReadyQueue"]
 
 
 class ReadyQueue:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from warpdeck.engine.run.commands import (
+from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.commands import (
     Cancel,
     Command,
     CommandResult,
@@ -26,9 +27,8 @@ from warpdeck.engine.run.commands import (
     RetryFailed,
     SetDepth,
 )
-from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.state.run_events import CommandEvent, StallEvent
-from warpdeck.engine.state.tasks import ALL_QUARANTINED, Phase, StallReason, State
+from warpdeck.engine.state.task_states import ALL_QUARANTINED, Phase, StallReason, State
 
 __all__ = ["CommandHandler"]
 

@@ -28,14 +28,14 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.input_errors import retryable
+from warpdeck.engine.edges.outage import OutageAbandoned
 from warpdeck.engine.run.autotune import LaneSettings, measure_window
-from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_protocols import LaneLike
-from warpdeck.engine.run.outage import OutageAbandoned
 from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.batches import Batch
 from warpdeck.engine.state.records import BatchRecord, NonFiniteOutput, format_exception
 from warpdeck.engine.state.run_events import BatchFinished, StallEvent, WorkerConvicted
-from warpdeck.engine.state.tasks import Phase, StallReason, State
+from warpdeck.engine.state.task_states import Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
 

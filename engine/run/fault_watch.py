@@ -1,6 +1,6 @@
 """The engine's side of faults from outside: outages held and released, and when to stop.
 
-The decisions this module protects: the writers (engine/run/outage.py) only hold their writes; what
+The decisions this module protects: the writers (engine/edges/outage.py) only hold their writes; what
 the run does about it is decided here, on the engine's loop, once per tick. While an outage lasts
 the feeder admits nothing, no batch starts, and every live task is control-stalled with the
 outage's reason (``sink: no space left on device (outputs/)``); when it passes, those stalls are
@@ -16,10 +16,12 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.edges.outage import Outage
 from warpdeck.engine.run.feeder import Feeder
-from warpdeck.engine.run.outage import Outage, OutageView
+from warpdeck.engine.state.part_views import OutageView
 from warpdeck.engine.state.run_events import RunEvents, StallEvent
-from warpdeck.engine.state.tasks import StallReason, State, TaskTable
+from warpdeck.engine.state.task_states import StallReason, State
+from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["FaultWatch"]
 

@@ -17,7 +17,6 @@ The decisions this module protects:
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,23 +25,13 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.edges.config import PipelineSpec
-from warpdeck.engine.edges.sources import Source, TaskInput
+from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.state.batches import TaskInput
+from warpdeck.engine.state.part_views import FeederState
 from warpdeck.engine.state.tasks import TaskTable
 
-__all__ = ["Feeder", "FeederState", "feeder_watermarks"]
-
-
-class FeederState(enum.StrEnum):
-    """What the feeder is doing, as the control room shows it."""
-
-    FILLING = "filling"
-    FULL = "full"
-    BACKPRESSURE = "backpressure"
-    PAUSED = "paused"
-    OUTAGE = "outage"
-    DRAINING = "draining"
-    EXHAUSTED = "exhausted"
+__all__ = ["Feeder", "feeder_watermarks"]
 
 
 def feeder_watermarks(spec: PipelineSpec, lanes: int | None = None) -> tuple[int, int]:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
-from warpdeck.engine.edges.sources import Source, TaskInput
+from warpdeck.engine.edges.sources import Source
+from warpdeck.engine.state.batches import TaskInput
 from warpdeck.engine.state.records import NonFiniteOutput
 
 __all__ = ["load_rows", "write_outputs"]

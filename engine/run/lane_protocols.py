@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.state.batches import Batch
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import LaneView
-from warpdeck.engine.state.tasks import Phase, StallReason
+from warpdeck.engine.state.task_states import Phase, StallReason
 
 __all__ = ["LaneHost", "LaneLike"]
 

@@ -33,15 +33,15 @@ from warpdeck.engine.backends.base import (
     pending_marker,
 )
 from warpdeck.engine.edges.sinks import Sink
-from warpdeck.engine.edges.sources import BatchKey, Source
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
 from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
+from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
-from warpdeck.engine.state.tasks import Phase, StallReason
+from warpdeck.engine.state.task_states import Phase, StallReason
 
 __all__ = ["Lane"]
 

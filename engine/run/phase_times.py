@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 from warpdeck.engine.backends.base import Marker
-from warpdeck.engine.state.tasks import RUN_PHASES
+from warpdeck.engine.state.task_states import RUN_PHASES
 
 __all__ = ["phase_cpu", "phase_spans"]
 

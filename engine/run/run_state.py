@@ -23,14 +23,15 @@ from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.feeder import Feeder
 from warpdeck.engine.run.lane_protocols import LaneLike
+from warpdeck.engine.run.task_keys import TaskKeys
 from warpdeck.engine.state.batch_log import BatchLog
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import RunEvents
 from warpdeck.engine.state.snapshot import TaskFailure
-from warpdeck.engine.state.task_keys import TaskKeys
-from warpdeck.engine.state.tasks import State, TaskTable
+from warpdeck.engine.state.task_states import State
+from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["RunState"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from warpdeck.engine.backends.base import Backend, Marker, NonfiniteCounter, done_marker
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["Buffer", "Slot", "counted_outputs", "output_bytes"]
 

@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sources import TaskInput
-from warpdeck.engine.run.batching import Batch
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.shared_data import portable
+from warpdeck.engine.state.batches import Batch, TaskInput
 from warpdeck.engine.state.records import BatchRecord, format_exception
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
 
 __all__ = ["ActorHost", "ArrivedSource", "KeepingSink"]
 

@@ -29,8 +29,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, StreamSet
 from warpdeck.engine.edges.sinks import Sink
-from warpdeck.engine.edges.sources import BatchKey, Source
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_spans
@@ -38,9 +37,10 @@ from warpdeck.engine.run.slots import Slot
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome
 from warpdeck.engine.scaleout.raylink import WorkerCallFailed, WorkerDied
 from warpdeck.engine.scaleout.remote import RemoteWorker
+from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord, StagePlan
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotView
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
 

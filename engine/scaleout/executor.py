@@ -24,20 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.sinks import Sink, StagingSink
-from warpdeck.engine.edges.sources import BatchKey, Source
+from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.scaleout import raylink
 from warpdeck.engine.scaleout.dispatch import DispatchHost, RayLane
 from warpdeck.engine.scaleout.remote import RemoteWorker
 from warpdeck.engine.scaleout.shared_data import SharedData, data_mode, opened_from_spec, shared_data
 from warpdeck.engine.scaleout.worker import LaneWorker
+from warpdeck.engine.state.batches import BatchKey
+from warpdeck.engine.state.part_views import WorkerState
 from warpdeck.engine.state.records import StagePlan
 from warpdeck.engine.state.run_events import RunEvents
 from warpdeck.engine.state.snapshot import WorkerView
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["Conviction", "RayExecutor", "StageModuleMissing", "WorkersDidNotStart"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy.typing as npt
 
 from warpdeck.engine.edges.sinks import Staged
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = ["BatchJob", "BatchOutcome", "WorkerHello"]
 

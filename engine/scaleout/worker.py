@@ -30,14 +30,15 @@ from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerPro
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.sinks import StagingSink
-from warpdeck.engine.edges.sources import BatchKey, Source
+from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.run.torch_stages import stage_fns
 from warpdeck.engine.scaleout.actor_host import ActorHost, ArrivedSource, KeepingSink
 from warpdeck.engine.scaleout.jobs import BatchJob, BatchOutcome, WorkerHello
 from warpdeck.engine.scaleout.shared_data import SharedData, stage_outputs
+from warpdeck.engine.state.batches import BatchKey
 from warpdeck.engine.state.records import StagePlan, format_exception, plan_stages
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["LaneWorker"]
 

@@ -1,7 +1,7 @@
 """Advice: the batch size, host threads and slot depth a pipeline should run with, from a calibration.
 
 The decisions this module protects:
-- Pure arithmetic on measurements: ``engine/run/calibrate.py`` runs the engine and measures; this
+- Pure arithmetic on measurements: ``engine/calibrate.py`` runs the engine and measures; this
   module fits and decides, so tests drive it with made-up measurements.
 - Each phase's cost per batch is a line in the batch size, t = a + b·n (a: fixed per batch, b: per
   item), fitted by least squares over the calibrated sizes and never negative; wall time and CPU

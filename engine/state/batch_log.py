@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sources import BatchKey
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import RUN_PHASES, StallReason, TaskTable
+from warpdeck.engine.state.task_states import RUN_PHASES, StallReason
+from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["BATCH_CAPACITY", "ROW_BYTES", "STALL_CAPACITY", "BatchLog", "LoggedBatch", "LoggedStall"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.state.tasks import Phase, State
+from warpdeck.engine.state.task_states import Phase, State
 
 __all__ = ["CANCELLED", "COLUMN_CODES", "DONE", "FAILED", "NOWHERE", "QUEUED", "STALLED", "column_codes"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.state.batches import Batch
 
 __all__ = ["Lease", "LeaseBook"]
 

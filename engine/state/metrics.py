@@ -28,7 +28,7 @@ import numpy as np
 from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
 from warpdeck.engine.state.read_only import LaneFigures, NamedFigures, read_only_by_lane, set_read_only
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, StallReason
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from warpdeck.engine.edges.config import StageSpec
-from warpdeck.engine.edges.sources import BatchKey, item_nbytes
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.batches import BatchKey, item_nbytes
+from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["BatchRecord", "NonFiniteOutput", "StagePlan", "format_exception", "plan_stages", "root_failure"]
 
@@ -93,7 +92,20 @@ class BatchRecord:
         return min(starts) if starts else self.formed
 
 
-def plan_stages(fns: Sequence[Callable[..., Any]], stages: Sequence[StageSpec], key: BatchKey,
+class StageShape(Protocol):
+    """What a stage plan reads of a spec's stage (``edges/config.py``'s ``StageSpec``)."""
+
+    @property
+    def out_shape(self) -> Sequence[int] | None: ...
+
+    @property
+    def out_dtype(self) -> str | None: ...
+
+    @property
+    def deadline_s(self) -> float: ...
+
+
+def plan_stages(fns: Sequence[Callable[..., Any]], stages: Sequence[StageShape], key: BatchKey,
                 nonfinite: str) -> StagePlan:
     """The shapes and dtypes after each stage for inputs of ``key``: a stage's ``out_spec``, then
     the spec's ``out_shape``/``out_dtype``, else its input's."""

@@ -21,15 +21,13 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.control.link_meter import LinkView
-from warpdeck.engine.control.monitor_types import WorkerState
-from warpdeck.engine.run.feeder import FeederState
-from warpdeck.engine.run.outage import OutageView
 from warpdeck.engine.state.metrics import Figures
+from warpdeck.engine.state.part_views import FeederState, LinkView, OutageView, WorkerState
 from warpdeck.engine.state.read_only import NamedCounts, set_read_only
 from warpdeck.engine.state.records import BatchRecord
+from warpdeck.engine.state.task_states import Phase, PhaseName, StallName, StallReason, State, StateName
 from warpdeck.engine.state.task_story import AttemptStory, StallEpisode
-from warpdeck.engine.state.tasks import Phase, PhaseName, StallName, StallReason, State, StateName, TaskAttempt
+from warpdeck.engine.state.tasks import TaskAttempt
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -53,7 +51,7 @@ __all__ = [
 ]
 
 #: The engine's status: ``starting`` until the run begins, ``running`` until it ends, then how it
-#: ended (engine/run/engine.py, ``Engine._final_status``): ``stopped`` with work left (an outage, a
+#: ended (engine/engine.py, ``Engine._final_status``): ``stopped`` with work left (an outage, a
 #: journal failure, a cancelled run task), ``cancelled`` (everything cancelled), ``drained`` (the
 #: source was drained) or ``finished``.
 EngineStatus = Literal["starting", "running", "stopped", "cancelled", "drained", "finished"]
@@ -212,7 +210,7 @@ class TaskDetail:
     admitted: bool = True
     #: Where a task not in the table stands, in words ("queued (not yet admitted)").
     note: str = ""
-    #: Its whole story (engine/state/stories.py); empty where the detail comes from telemetry or the
+    #: Its whole story (engine/run/stories.py); empty where the detail comes from telemetry or the
     #: journal. Every attempt, oldest first: batch, lane, slot, worker, epoch, queue wait, phase times.
     attempts: tuple[AttemptStory, ...] = ()
     #: Its batches' finished stalls (the longest few), oldest first.
@@ -354,7 +352,7 @@ class EngineSnapshot:
     workers: tuple[WorkerView, ...] = ()
     #: None when the engine runs without a control plane.
     control: ControlView | None = None
-    #: Set while writes are held by a full, read-only or failing disk (engine/run/outage.py).
+    #: Set while writes are held by a full, read-only or failing disk (engine/edges/outage.py).
     outage: OutageView | None = None
     #: In an attached control room: its link to the engine (engine/control/link_meter.py); else None.
     link: LinkView | None = None

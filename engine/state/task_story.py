@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from warpdeck.engine.state.tasks import AttemptOutcome, PhaseName, StallName
+from warpdeck.engine.state.task_states import PhaseName, StallName
+from warpdeck.engine.state.tasks import AttemptOutcome
 
 __all__ = ["AttemptStory", "PhaseTime", "StallEpisode", "StoryOutcome", "seconds_text"]
 

@@ -1,8 +1,8 @@
 """The task table: every task's state, phase, stall and attempts as columns.
 
 The decision this module protects: every task is in exactly one state, and a state changes only
-through the transition rules (engine/state/task_states.py, re-exported here), which raise on
-anything illegal. The table stores tasks as
+through the transition rules (engine/state/task_states.py, where the states, phases and stall
+reasons are: import them from there), which raise on anything illegal. The table stores tasks as
 columns (NumPy arrays plus one list of keys) rather than one object per task, so a million queued
 tasks cost tens of megabytes instead of hundreds, and a snapshot can copy the state columns in
 microseconds.
@@ -24,33 +24,18 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.state.task_states import (
-    ALL_QUARANTINED,
-    RUN_PHASES,
     IllegalTransition,
     Phase,
-    PhaseName,
-    StallName,
     StallReason,
     State,
-    StateName,
     check_transition,
 )
 
 __all__ = [
-    "ALL_QUARANTINED",
     "ATTEMPT_OUTCOMES",
-    "RUN_PHASES",
     "AttemptOutcome",
-    "IllegalTransition",
-    "Phase",
-    "PhaseName",
-    "StallName",
-    "StallReason",
-    "State",
-    "StateName",
     "TaskAttempt",
     "TaskTable",
-    "check_transition",
 ]
 
 #: How an attempt ended; ``requeued``: taken back without failing it (a lost worker, a resumed run).

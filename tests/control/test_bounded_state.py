@@ -17,10 +17,11 @@ from wd_control import EngineThread, slow_spec
 
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.monitor import WorkerMonitor
-from warpdeck.engine.control.monitor_types import MonitorConfig, VerdictKind, WorkerState
+from warpdeck.engine.control.monitor_types import MonitorConfig, VerdictKind
 from warpdeck.engine.control.plane import ControlPlane
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Birth, Death, Heartbeat, decode, encode
+from warpdeck.engine.state.part_views import WorkerState
 
 TICK = 0.05
 

@@ -37,7 +37,7 @@ from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics, WorkerTopic
 from warpdeck.engine.control.wire import Birth, Death, Event, Heartbeat, Telemetry, decode, encode
-from warpdeck.engine.run.commands import Pause
+from warpdeck.engine.state.commands import Pause
 
 DEPLOY = Path(__file__).parents[2] / "deploy" / "mosquitto"
 ENGINE, OPERATOR, VIEWER = "warpdeck-engine", "warpdeck-operator", "warpdeck-viewer"

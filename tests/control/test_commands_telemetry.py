@@ -17,7 +17,7 @@ from wd_wait import until
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Event, Telemetry, decode
-from warpdeck.engine.run.commands import Pause, Resume
+from warpdeck.engine.state.commands import Pause, Resume
 
 SECRET = b"correct horse battery staple 42"
 

@@ -49,7 +49,7 @@ from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Birth, Event, Heartbeat, Telemetry, decode, encode
 from warpdeck.engine.control.worker_auth import sign_worker
-from warpdeck.engine.run.commands import Command, CommandResult, RetryFailed
+from warpdeck.engine.state.commands import Command, CommandResult, RetryFailed
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SEED = 20

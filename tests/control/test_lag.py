@@ -21,8 +21,9 @@ from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater
 from warpdeck.engine.control.lag import InputLag
 from warpdeck.engine.control.monitor import WorkerMonitor
-from warpdeck.engine.control.monitor_types import MonitorConfig, WorkerState
+from warpdeck.engine.control.monitor_types import MonitorConfig
 from warpdeck.engine.control.topics import Topics
+from warpdeck.engine.state.part_views import WorkerState
 
 # -- InputLag -------------------------------------------------------------------------------------
 

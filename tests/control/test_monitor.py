@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from warpdeck.engine.control.monitor import WorkerMonitor
-from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, VerdictKind, WorkerState, WorkerStatus
+from warpdeck.engine.control.monitor_types import MonitorConfig, Verdict, VerdictKind, WorkerStatus
+from warpdeck.engine.state.part_views import WorkerState
 
 TICK = 0.05
 

@@ -24,7 +24,7 @@ from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.signing import Signer
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Event, decode
-from warpdeck.engine.run.commands import Command, CommandResult, Pause
+from warpdeck.engine.state.commands import Command, CommandResult, Pause
 
 SECRET = b"correct horse battery staple 42"
 PERIOD_S = 1.0

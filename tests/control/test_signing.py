@@ -14,7 +14,7 @@ import pytest
 
 from warpdeck.engine.control.signing import CommandRefused, Signer, Verifier, _mac, load_secret
 from warpdeck.engine.control.wire import SignedCommand
-from warpdeck.engine.run.commands import Cancel, Pause, Quarantine
+from warpdeck.engine.state.commands import Cancel, Pause, Quarantine
 
 SECRET = b"0123456789abcdef0123"
 

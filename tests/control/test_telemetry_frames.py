@@ -26,7 +26,7 @@ from warpdeck.engine.control.telemetry import (
 )
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Telemetry, WireError, decode, encode, encode_telemetry
-from warpdeck.engine.run.commands import Command, CommandResult
+from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.run_events import (
     BatchFinished,

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warpdeck.engine.control.drops import DropCounter
-from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.telemetry import snapshot_from
 from warpdeck.engine.control.wire import (
     Birth,
@@ -25,8 +24,8 @@ from warpdeck.engine.control.wire import (
     decode,
     encode,
 )
-from warpdeck.engine.run.feeder import FeederState
 from warpdeck.engine.state.metrics import MetricsAccumulator
+from warpdeck.engine.state.part_views import FeederState, WorkerState
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,

@@ -150,7 +150,7 @@ def test_recommend_stays_within_the_memory_budget() -> None:
 
 
 def test_calibration_sizes_fit_the_source() -> None:
-    from warpdeck.engine.run.calibrate import calibration_sizes
+    from warpdeck.engine.calibrate import calibration_sizes
 
     assert calibration_sizes(256) == [64, 256, 512]
     assert calibration_sizes(1) == [1, 2]

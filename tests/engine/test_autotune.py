@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from warpdeck.engine.run.autotune import Autotuner, DepthTuner, LaneSettings, Window
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 MB = 1 << 20
 N = 16  # batches per window

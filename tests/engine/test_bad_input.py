@@ -5,7 +5,7 @@ report, and that every other task finishes. Faults are real where the OS can mak
 a name taken by a directory, a read-only directory when not root); where it cannot (ENOSPC and
 EACCES on one chosen file, tests running as root), they are injected at the call that writes or
 renames, and the real path is exercised beside them (and in test_outage.py, on a real tmpfs).
-A full or read-only disk is an outage (engine/run/outage.py): it holds the writes and fails nothing.
+A full or read-only disk is an outage (engine/edges/outage.py): it holds the writes and fails nothing.
 """
 
 from __future__ import annotations

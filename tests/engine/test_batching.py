@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput
-from warpdeck.engine.run.batching import Batch, ReadyQueue
+from warpdeck.engine.run.batching import ReadyQueue
+from warpdeck.engine.state.batches import Batch, BatchKey, TaskInput
 
 KEY_A = BatchKey("array", (4,), "float32")
 KEY_B = BatchKey("array", (8,), "float32")

@@ -1,4 +1,4 @@
-"""Operator commands as typed, tagged models (engine/run/commands.py)."""
+"""Operator commands as typed, tagged models (engine/state/commands.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from warpdeck.engine.run.commands import (
+from warpdeck.engine.state.commands import (
     COMMAND_ADAPTER,
     Cancel,
     Drain,

@@ -181,7 +181,7 @@ async def test_spec_with_only_a_small_high_watermark_is_rejected_by_validation_o
         assert issue_locs(err)[0].startswith("feeder")
         return
     # the fix in the engine: a low watermark that fits under 100 (an Engine is built inside a running loop)
-    from warpdeck.engine.run.engine import Engine
+    from warpdeck.engine.engine import Engine
 
     eng = Engine(spec, tmp_path)
     assert 0 < eng.feeder.low < eng.feeder.high == 100

@@ -20,7 +20,7 @@ from warpdeck.engine.backends.cupy_backend import (
     cupy_unavailable_reason,
 )
 from warpdeck.engine.backends.numpy_backend import HOST_CLOCK, NumpyBackend
-from warpdeck.engine.state.tasks import RUN_PHASES
+from warpdeck.engine.state.task_states import RUN_PHASES
 
 _NO_DEVICE = cupy_unavailable_reason()
 needs_device = pytest.mark.skipif(_NO_DEVICE is not None, reason=f"no GPU: {_NO_DEVICE}")

@@ -17,7 +17,7 @@ import pytest
 
 from warpdeck.engine.backends.base import Marker, StreamSet, chain_release
 from warpdeck.engine.backends.cupy_backend import _Landing, _Waiter
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 
 class _SilentEvent:

@@ -13,8 +13,10 @@ from warpdeck.engine.edges.config import SyntheticSource
 from warpdeck.engine.edges.sources import IterableSource, SyntheticSourceImpl
 from warpdeck.engine.run.autotune import DepthTuner
 from warpdeck.engine.run.batching import ReadyQueue
-from warpdeck.engine.run.feeder import Feeder, FeederState
-from warpdeck.engine.state.tasks import State, TaskTable
+from warpdeck.engine.run.feeder import Feeder
+from warpdeck.engine.state.part_views import FeederState
+from warpdeck.engine.state.task_states import State
+from warpdeck.engine.state.tasks import TaskTable
 
 BATCH = 4
 LOW, HIGH = 8, 20

@@ -16,7 +16,7 @@ from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch
 from warpdeck.engine.edges.journal import _TUNING, JOURNAL_NAME, Journal, RunDirBusy, _identity, spec_identity
 from warpdeck.engine.edges.resume import IN_FLIGHT_REASON
 from warpdeck.engine.edges.sinks import CHECKSUMS, TMP_SUFFIX, NpyDirSinkImpl
-from warpdeck.engine.state.tasks import State
+from warpdeck.engine.state.task_states import State
 
 N = 48
 

@@ -28,7 +28,7 @@ from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import NullSinkImpl
 from warpdeck.engine.edges.sources import IterableSource
-from warpdeck.engine.state.tasks import RUN_PHASES, Phase, State
+from warpdeck.engine.state.task_states import RUN_PHASES, Phase, State
 
 ID = SpecIdentity("props", "0" * 64)
 KEYS = [f"t{i:03d}" for i in range(12)]

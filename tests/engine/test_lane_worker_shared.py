@@ -17,7 +17,7 @@ from warpdeck.engine.edges.sources import open_source
 from warpdeck.engine.scaleout.jobs import BatchJob
 from warpdeck.engine.scaleout.shared_data import shared_data
 from warpdeck.engine.scaleout.worker import LaneWorker
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 
 async def test_an_actor_loads_by_handle_stages_and_returns_bad_rows(tmp_path: Path) -> None:

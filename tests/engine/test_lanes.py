@@ -18,7 +18,7 @@ from wd_stages import RecordingSink, SleepySource
 
 from warpdeck.engine.api import Engine, RunReport
 from warpdeck.engine.state.records import BatchRecord
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 
 async def _run(s, source, sink) -> tuple[RunReport, list[BatchRecord]]:
@@ -143,7 +143,7 @@ def test_a_process_exits_even_with_a_stream_job_waiting_for_ever(tmp_path: Path)
     script = tmp_path / "left_waiting.py"
     script.write_text(
         "from warpdeck.engine.backends.base import StreamSet, pending_marker\n"
-        "from warpdeck.engine.state.tasks import Phase\n"
+        "from warpdeck.engine.state.task_states import Phase\n"
         "streams = StreamSet(0)\n"
         "streams.submit(Phase.D2H, lambda: None, [pending_marker(Phase.SINK)])\n"
         "print('leaving', flush=True)\n")

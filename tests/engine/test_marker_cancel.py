@@ -13,7 +13,7 @@ import concurrent.futures as cf
 import pytest
 
 from warpdeck.engine.backends.base import Marker
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 
 @pytest.mark.parametrize("turns", range(4))

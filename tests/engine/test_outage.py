@@ -29,7 +29,7 @@ from wd_cli import COMMAND, cli_env, warpdeck
 
 from warpdeck.engine.api import Engine, ExitStatus, IterableSource, JournalError, RunEvent, RunReport, StallEvent
 from warpdeck.engine.edges.journal import Journal
-from warpdeck.engine.run.outage import environment_cause
+from warpdeck.engine.edges.outage import environment_cause
 
 ROW = 2048  # float64 values per output: 16 KiB of data (+128 bytes of header) per file
 Mount = Callable[[str], Path]

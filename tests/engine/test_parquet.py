@@ -339,8 +339,8 @@ def test_reading_a_large_file_streams_by_row_group_in_bounded_memory(tmp_path: P
 def test_a_batch_is_one_part_file_less_cancelled_rows_and_nonfinite_ones_under_fail(tmp_path: Path,
                                                                                     policy: str) -> None:
     from warpdeck.engine.run.lane_io import write_outputs
+    from warpdeck.engine.run.task_keys import UnlessCancelled
     from warpdeck.engine.state.records import NonFiniteOutput
-    from warpdeck.engine.state.task_keys import UnlessCancelled
 
     outs = np.array([[1.0, 2.0], [3.0, 4.0], [np.nan, 5.0], [6.0, 7.0]], np.float32)
     errors = write_outputs(UnlessCancelled(ParquetSinkImpl(tmp_path), {"b"}), ["a", "b", "c", "d"], outs, policy)

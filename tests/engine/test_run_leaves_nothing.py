@@ -1,5 +1,5 @@
 """A run that fails, or an engine never run, leaves nothing behind: no thread of its own (broker,
-control plane, journal, lanes) and no lock on its run directory (engine/run/engine.py, and
+control plane, journal, lanes) and no lock on its run directory (engine/engine.py, and
 engine/backends/host_pool.py, whose threads start with the first job)."""
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from warpdeck.engine.edges.config import PipelineSpec, parse_spec
-from warpdeck.engine.run.engine import Engine
+from warpdeck.engine.engine import Engine
 from warpdeck.engine.state.snapshot import ControlView, EngineSnapshot, SnapshotPublisher
-from warpdeck.engine.state.tasks import Phase, State
+from warpdeck.engine.state.task_states import Phase, State
 
 COUNT = 10
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from warpdeck.engine.api import parse_spec
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, open_source
+from warpdeck.engine.edges.sources import open_source
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 
 def _section(kind: str, tmp: Path) -> Any:

@@ -19,15 +19,14 @@ from warpdeck.engine.edges.sinks import (
     open_sink,
 )
 from warpdeck.engine.edges.sources import (
-    BatchKey,
     InputError,
     IterableSource,
     NpyDirSourceImpl,
     SyntheticSourceImpl,
-    TaskInput,
     open_source,
     synthetic_values,
 )
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 
 # -- synthetic ------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from warpdeck.engine.backends.base import (
     free,
     pending_marker,
 )
-from warpdeck.engine.state.tasks import Phase
+from warpdeck.engine.state.task_states import Phase
 
 BATCH = 4
 N = 12 * BATCH

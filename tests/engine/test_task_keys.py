@@ -1,6 +1,6 @@
 """Commands and detail that name tasks by key tell the truth: unknown keys are named, a task not
 admitted yet can be cancelled (and stays cancelled across a crash), every cancel says what happened to
-each task, and detail answers for any task during and after the run (engine/state/task_keys.py)."""
+each task, and detail answers for any task during and after the run (engine/run/task_keys.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from warpdeck.engine.api import (
     parse_spec,
 )
 from warpdeck.engine.edges.journal import JOURNAL_NAME
-from warpdeck.engine.state.tasks import State
+from warpdeck.engine.state.task_states import State
 
 #: Small watermarks: of 400 tasks only the first few dozen are admitted while the run is paused.
 WATERMARKS = {"low_watermark": 8, "high_watermark": 16}

@@ -1,6 +1,6 @@
 """A task's whole story through ``Engine.task_detail``: each attempt's batch, lane, slot, worker and
 epoch, its queue wait and phase times (on the batch record's clock), its stalls, input and output,
-the traceback of a failure and the line that says why it took this long (engine/state/stories.py)."""
+the traceback of a failure and the line that says why it took this long (engine/run/stories.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from warpdeck.engine.api import (
 )
 from warpdeck.engine.edges.config import SyntheticSource
 from warpdeck.engine.edges.sinks import CallableSinkImpl, NullSinkImpl, sink_describes
-from warpdeck.engine.edges.sources import BatchKey, IterableSource, SyntheticSourceImpl, source_describes
-from warpdeck.engine.run.batching import Batch
+from warpdeck.engine.edges.sources import IterableSource, SyntheticSourceImpl, source_describes
 from warpdeck.engine.state.batch_log import BatchLog
-from warpdeck.engine.state.tasks import StallReason, TaskTable
+from warpdeck.engine.state.batches import Batch, BatchKey
+from warpdeck.engine.state.task_states import StallReason
+from warpdeck.engine.state.tasks import TaskTable
 from warpdeck.engine.state.why_slow import explain
 
 PHASES = ["fill", "h2d", "compute", "d2h", "sink"]

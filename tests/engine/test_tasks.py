@@ -16,9 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from warpdeck.engine.state.tasks import (
-    ATTEMPT_OUTCOMES,
-    AttemptOutcome,
+from warpdeck.engine.state.task_states import (
     IllegalTransition,
     Phase,
     PhaseName,
@@ -26,9 +24,9 @@ from warpdeck.engine.state.tasks import (
     StallReason,
     State,
     StateName,
-    TaskTable,
     check_transition,
 )
+from warpdeck.engine.state.tasks import ATTEMPT_OUTCOMES, AttemptOutcome, TaskTable
 
 
 class FakeClock:

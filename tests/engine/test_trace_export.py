@@ -35,13 +35,14 @@ from warpdeck.engine.api import (
     load_spec,
     parse_spec,
 )
+from warpdeck.engine.control.recording_trace import trace_recording
 from warpdeck.engine.control.telemetry import summarize
 from warpdeck.engine.control.wire import encode
 from warpdeck.engine.edges import trace_export
-from warpdeck.engine.edges.trace_export import TraceWriter, trace_recording
+from warpdeck.engine.edges.trace_export import TraceWriter
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.snapshot import EngineSnapshot
-from warpdeck.engine.state.tasks import RUN_PHASES
+from warpdeck.engine.state.task_states import RUN_PHASES
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -20,7 +20,7 @@ from wd_build import spec as build_spec
 
 from warpdeck.engine.api import Command, CommandResult, Engine, EngineSnapshot, PipelineSpec
 from warpdeck.engine.control.broker import BrokerAddress
-from warpdeck.engine.control.monitor import MonitorConfig
+from warpdeck.engine.control.monitor_types import MonitorConfig
 from warpdeck.engine.control.plane import ControlSettings
 
 

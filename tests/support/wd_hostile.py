@@ -24,7 +24,7 @@ from typing import Literal
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.wire import Birth, Death, Heartbeat, SignedCommand, decode, encode
 from warpdeck.engine.control.worker_auth import sign_worker
-from warpdeck.engine.run.commands import COMMAND_ADAPTER, Cancel, Command, Drain, Pause, Quarantine
+from warpdeck.engine.state.commands import COMMAND_ADAPTER, Cancel, Command, Drain, Pause, Quarantine
 
 #: The engine's secret (what the operator signs with), and one an attacker guessed.
 SECRET = b"hostile-flood-secret-0123456789"

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sources import BatchKey, TaskInput, synthetic_values
+from warpdeck.engine.edges.sources import synthetic_values
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 POISON = 999.0
 
@@ -127,7 +128,7 @@ class RecordingSink:
         if key in self.fail_keys and self._failed.get(key, 0) < self.fail_times:
             self._failed[key] = self._failed.get(key, 0) + 1
             # A sink's own error (an object store that dropped the connection), which the retry policy
-            # retries; a full disk is an outage instead (engine/run/outage.py, tests/engine/test_outage.py).
+            # retries; a full disk is an outage instead (engine/edges/outage.py, tests/engine/test_outage.py).
             raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
         self.out[key] = np.array(out, copy=True)
         self.writes[key] = self.writes.get(key, 0) + 1

@@ -2,7 +2,7 @@
 once a part of the engine has stopped on an error.
 
 The decisions this module protects:
-- An outage (a full, read-only or failing disk, engine/run/outage.py) is the one state in which the
+- An outage (a full, read-only or failing disk, engine/edges/outage.py) is the one state in which the
   run waits on the operator's machine rather than on its work, so it is said in words on every
   screen, with its age, what is held and when the run will stop.
 - No part of the engine dies in silence: when the control plane stops on an error (its traceback

@@ -3,7 +3,7 @@ attempt with its batch, lane, slot, worker and epoch, its queue wait and phase t
 its traceback.
 
 The decisions this module protects:
-- Everything shown comes from the ``TaskDetail`` the engine answered (engine/state/stories.py); the
+- Everything shown comes from the ``TaskDetail`` the engine answered (engine/run/stories.py); the
   widget computes nothing about the run, it only lays the story out.
 - The story reads in an 80 by 24 terminal and uses a wide one. The first lines say what a reader opens the
   detail for (state, the why line, input and output); below ``WIDE`` cells the attempts are two tables

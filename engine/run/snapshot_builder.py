@@ -11,17 +11,17 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends import Backend
-from warpdeck.engine.control.monitor_types import WorkerState
 from warpdeck.engine.control.views import merge_workers
+from warpdeck.engine.edges.outage import Outage
 from warpdeck.engine.edges.sources import Source
-from warpdeck.engine.run.outage import Outage
 from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.state.part_views import WorkerState
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
@@ -33,21 +33,30 @@ from warpdeck.engine.state.snapshot import (
     TaskView,
     WorkerView,
 )
-from warpdeck.engine.state.tasks import RUN_PHASES, StallReason, State
+from warpdeck.engine.state.task_states import RUN_PHASES, StallReason, State
 
 if TYPE_CHECKING:
     from warpdeck.engine.control.plane import ControlPlane
-    from warpdeck.engine.scaleout.executor import RayExecutor
 
-__all__ = ["HOST", "SnapshotBuilder"]
+__all__ = ["HOST", "ActorRows", "SnapshotBuilder"]
 
 HOST = socket.gethostname()
+
+
+class ActorRows(Protocol):
+    """Where the batches run in other processes (the Ray executor, ``engine/scaleout/``): each
+    worker's row, before the monitor adds what it heard."""
+
+    def view(self, worker: str, state: WorkerState, lanes: int, lanes_busy: int, done: int,
+             failed: int) -> WorkerView: ...
+
+
 class SnapshotBuilder:
     """Builds snapshots of one run. ``control`` and ``epoch_of`` are read at each snapshot (the
     control plane joins after the run starts)."""
 
     def __init__(self, state: RunState, *, backend: Backend, source: Source, outage: Outage,
-                 executor: RayExecutor | None, control: Callable[[], ControlPlane | None],
+                 executor: ActorRows | None, control: Callable[[], ControlPlane | None],
                  epoch_of: Callable[[str], int]) -> None:
         self.s = state
         self._backend = backend

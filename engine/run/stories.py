@@ -19,10 +19,12 @@ import time
 from dataclasses import dataclass
 
 from warpdeck.engine.edges.sinks import Sink, sink_describes
-from warpdeck.engine.edges.sources import BatchKey, Source, source_describes
+from warpdeck.engine.edges.sources import Source, source_describes
 from warpdeck.engine.state.batch_log import BatchLog, LoggedStall
+from warpdeck.engine.state.batches import BatchKey
+from warpdeck.engine.state.task_states import RUN_PHASES, StallReason, State
 from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome
-from warpdeck.engine.state.tasks import RUN_PHASES, StallReason, State, TaskTable
+from warpdeck.engine.state.tasks import TaskTable
 from warpdeck.engine.state.why_slow import CAUSE_SHARE, explain
 
 __all__ = ["MAX_STALLS", "Story", "input_line", "output_line", "tell"]

@@ -15,7 +15,7 @@ The decisions this module protects:
 - A task cancelled while running leaves no output: its batch still carries its row to the sink, and
   the lanes' sink (``UnlessCancelled``) skips it. A task already in its sink phase is not cancelled
   (its write may have begun): it finishes, and the answer says so.
-- A detail tells the task's whole story (engine/state/stories.py): its attempts from the batch log,
+- A detail tells the task's whole story (engine/run/stories.py): its attempts from the batch log,
   which the task keys hold (``batches``: the dispatcher fills it), its input from the source and its
   output from the sink the lanes write through (the one ``guard`` wraps).
 - Only the engine's loop calls in while the run lasts; after it, the table no longer changes and
@@ -37,12 +37,13 @@ from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, StagingSink, batch_writer
 from warpdeck.engine.edges.sources import Source, source_produces
 from warpdeck.engine.run.batching import ReadyQueue
-from warpdeck.engine.run.commands import CommandResult
 from warpdeck.engine.run.feeder import Feeder
+from warpdeck.engine.run.stories import input_line, output_line, tell
 from warpdeck.engine.state.batch_log import BatchLog
+from warpdeck.engine.state.commands import CommandResult
 from warpdeck.engine.state.snapshot import TaskDetail
-from warpdeck.engine.state.stories import input_line, output_line, tell
-from warpdeck.engine.state.tasks import Phase, StallReason, State, TaskTable
+from warpdeck.engine.state.task_states import Phase, StallReason, State
+from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["BY_OPERATOR_EARLY", "TaskKeys", "UnlessCancelled", "Where"]
 

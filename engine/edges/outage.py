@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 import numpy.typing as npt
 
 from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, batch_writer
+from warpdeck.engine.state.part_views import OutageView
 
-__all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "OutageView", "environment_cause",
+__all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "environment_cause",
            "sink_dir"]
 
 #: Errors of the machine, not of the task: another attempt now would meet them again.
@@ -82,29 +83,6 @@ def _where(exc: BaseException, fallback: str) -> str:
 class OutageAbandoned(Exception):
     """The engine gave up on a held write (the outage outlasted its timeout, or the run stopped).
     The task is neither done nor failed: a resume runs it again."""
-
-
-@dataclass(frozen=True, slots=True)
-class OutageView:
-    """An outage as the control room and the headless output show it."""
-
-    what: str
-    """Which writes are held: ``sink``, ``journal`` or both (``sink, journal``)."""
-    cause: str
-    """The environment error, in words: ``no space left on device``."""
-    path: str
-    """Where: the directory the failing write went to."""
-    since: float
-    """When it began, in seconds since the engine started (snapshots' ``t``)."""
-    held: int
-    """Writes held right now (one per sink thread or journal writer)."""
-    timeout_s: float
-    """How long it may last before the run stops (``[faults] outage_timeout_s``)."""
-
-    @property
-    def reason(self) -> str:
-        """One line: ``sink: no space left on device (outputs/)``."""
-        return f"{self.what}: {self.cause} ({self.path})"
 
 
 @dataclass(slots=True)

@@ -38,9 +38,8 @@ from warpdeck.engine.edges.config import (
     SyntheticSource,
 )
 from warpdeck.engine.edges.sources import open_source
+from warpdeck.engine.engine import Engine
 from warpdeck.engine.run.autotune import default_cores
-from warpdeck.engine.run.commands import Cancel, Drain
-from warpdeck.engine.run.engine import Engine
 from warpdeck.engine.state.advice import (
     PHASES,
     Advice,
@@ -54,6 +53,7 @@ from warpdeck.engine.state.advice import (
     predict,
     recommend,
 )
+from warpdeck.engine.state.commands import Cancel, Drain
 from warpdeck.engine.state.records import BatchRecord
 
 __all__ = ["advise", "calibrate", "measure", "with_plan"]

@@ -26,36 +26,38 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends import Backend, NumpyBackend, select_backend
 from warpdeck.engine.control.heartbeat import NvmlSampler, WorkerInfo, WorkerProbe
-from warpdeck.engine.control.monitor import Verdict
+from warpdeck.engine.control.monitor_types import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.journal import Journal, JournalError, ResumeState, spec_identity
 from warpdeck.engine.edges.journaled_table import JournaledTable
+from warpdeck.engine.edges.outage import HeldSink, Outage, sink_dir
 from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink, settle
-from warpdeck.engine.edges.sources import BatchKey, Source, TaskInput, open_source
+from warpdeck.engine.edges.sources import Source, open_source
 from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.command_handler import CommandHandler
-from warpdeck.engine.run.commands import Command, CommandResult
 from warpdeck.engine.run.dispatcher import Dispatcher
 from warpdeck.engine.run.fault_watch import FaultWatch
 from warpdeck.engine.run.feeder import Feeder, feeder_watermarks
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
-from warpdeck.engine.run.outage import HeldSink, Outage, sink_dir
+from warpdeck.engine.run.reporting import RunFacts, make_report
 from warpdeck.engine.run.run_state import RunState
+from warpdeck.engine.run.snapshot_builder import HOST, SnapshotBuilder
+from warpdeck.engine.run.task_keys import TaskKeys
 from warpdeck.engine.run.torch_stages import stage_fns
+from warpdeck.engine.state.batches import BatchKey, TaskInput
+from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.leases import LeaseBook
 from warpdeck.engine.state.metrics import MetricsAccumulator
 from warpdeck.engine.state.records import BatchRecord, StagePlan, plan_stages
-from warpdeck.engine.state.report import RunFacts, RunReport, make_report
+from warpdeck.engine.state.report import RunReport
 from warpdeck.engine.state.snapshot import EngineSnapshot, EngineStatus, SnapshotPublisher, TaskDetail
-from warpdeck.engine.state.snapshot_builder import HOST, SnapshotBuilder
-from warpdeck.engine.state.task_keys import TaskKeys
-from warpdeck.engine.state.tasks import State
+from warpdeck.engine.state.task_states import State
 
 if TYPE_CHECKING:
     from warpdeck.engine.scaleout.executor import RayExecutor
