@@ -59,6 +59,7 @@ from warpdeck.engine.state.run_events import (
     WorkerWaiting,
     worker_line,
 )
+from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
 from warpdeck.engine.state.snapshot import (
     ControlView,
     Counts,
@@ -95,6 +96,8 @@ __all__ = [
     "CANCELLED",
     "COLUMN_CODES",
     "COMMAND_ADAPTER",
+    "DEPTH_MAX",
+    "DEPTH_MIN",
     "DONE",
     "EXIT_STATUS_HELP",
     "FAILED",

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from warpdeck.engine.api import (
+    DEPTH_MAX,
+    DEPTH_MIN,
     Cancel,
     Command,
     Drain,
@@ -44,9 +46,8 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["MAX_DEPTH", "MIN_DEPTH", "PipelineActions", "describe_task"]
+__all__ = ["PipelineActions", "describe_task"]
 
-MIN_DEPTH, MAX_DEPTH = 2, 64
 _TOLD_S = 1.0
 """How long what the engine was told outranks the snapshots (they come at 10 Hz)."""
 
@@ -213,12 +214,12 @@ class PipelineActions(_Base):
         snap = self.snapshot
         old = self._as_told("depth", snap.lanes[0].depth) if snap is not None and snap.lanes else None
         if clamp:
-            depth = max(MIN_DEPTH, min(MAX_DEPTH, depth))
-        if not MIN_DEPTH <= depth <= MAX_DEPTH:
-            self.notify(f"depth {depth}: it must be {MIN_DEPTH}..{MAX_DEPTH}", severity="warning")
+            depth = max(DEPTH_MIN, min(DEPTH_MAX, depth))
+        if not DEPTH_MIN <= depth <= DEPTH_MAX:
+            self.notify(f"depth {depth}: it must be {DEPTH_MIN}..{DEPTH_MAX}", severity="warning")
             return
         if depth == old and clamp:  # + or - at the end of the range (``:depth N`` still turns auto off)
-            self.notify(f"prefetch depth stays {old} (range {MIN_DEPTH}..{MAX_DEPTH})", severity="warning")
+            self.notify(f"prefetch depth stays {old} (range {DEPTH_MIN}..{DEPTH_MAX})", severity="warning")
             return
         undo = Undoable(SetDepth(depth=old), f"depth back to {old}") if old is not None else None
         if await self.send(SetDepth(depth=depth), undo=undo):

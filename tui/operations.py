@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from warpdeck.engine.api import RetryFailed
+from warpdeck.engine.api import DEPTH_MAX, DEPTH_MIN, RetryFailed
 
 if TYPE_CHECKING:
     from warpdeck.tui.command_mode import CommandMode
@@ -132,7 +132,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("depth", "Pipeline",
               (Key("plus,equals_sign", "Prefetch depth up (auto tuning off)", "1", display="+"),
                Key("minus", "Prefetch depth down (auto tuning off)", "-1", display="-")),
-              Verb("depth", "int", "set the prefetch depth of every lane (2..64; auto tuning off)",
+              Verb("depth", "int", f"set the prefetch depth of every lane ({DEPTH_MIN}..{DEPTH_MAX}; auto tuning off)",
                    lambda app, n: app.set_depth(int(n[0]))), undoable=True, commands=True),
     Operation("undo", "Pipeline", (Key("u", "Undo the last reversible action (again: the one before)"),),
               Verb("undo", "", "undo the last reversible action (again: the one before)"), commands=True),

@@ -28,6 +28,7 @@ from pydantic import (
 from warpdeck.engine.edges.config_tables import ParquetSink, ParquetSource
 from warpdeck.engine.edges.executor_spec import ExecutorSpec, RuntimeEnvSpec, why_not_shared
 from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Target
+from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
 
 __all__ = [
     "CallableSink",
@@ -194,7 +195,7 @@ class FeederSpec(_Model):
     """Stop pulling from the source at this many ready tasks (default: 8 batches)."""
     auto_depth: bool = True
     """Deepen lanes' slot rings while their bottleneck waits for input (tf.data AUTOTUNE style)."""
-    max_depth: int = Field(default=16, ge=2, le=64)
+    max_depth: int = Field(default=16, ge=DEPTH_MIN, le=DEPTH_MAX)
     """Deepest slot ring the auto-tuner may reach."""
     memory_budget_mb: float = Field(default=1024.0, gt=0)
     """Host and device memory all slot buffers together may use."""
@@ -257,7 +258,7 @@ class PipelineSpec(_Model):
     """Stage functions, run in order inside the compute phase."""
     batch_size: int = Field(default=64, ge=1, le=1 << 20)
     """Tasks per batch."""
-    slot_depth: int = Field(default=2, ge=2, le=64)
+    slot_depth: int = Field(default=2, ge=DEPTH_MIN, le=DEPTH_MAX)
     """Slots per lane ring (k); 2 is double buffering."""
     lanes: int = Field(default=1, ge=1, le=64)
     """Independent lanes per device."""

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
+
 __all__ = [
     "COMMAND_ADAPTER",
     "Cancel",
@@ -74,7 +76,7 @@ class SetDepth(_Cmd):
     """Set the slot-ring depth (prefetch depth) of every lane, or of one; turns auto off."""
 
     kind: Literal["set_depth"] = "set_depth"
-    depth: int = Field(ge=2, le=64)
+    depth: int = Field(ge=DEPTH_MIN, le=DEPTH_MAX)
     lane: int | None = None
 
 

@@ -108,3 +108,14 @@ def test_commands_are_frozen() -> None:
     with pytest.raises(ValidationError):
         cmd.all = True  # type: ignore[misc]
     assert cmd.all is False
+
+
+def test_every_bound_on_the_depth_is_the_one_constant() -> None:
+    # The spec's slot depth and the tuner's most, the command and the room: one pair of bounds
+    # (engine/state/slot_depth.py; issue 30: 2..64 was written in six places).
+    from warpdeck.engine.api import DEPTH_MAX, DEPTH_MIN, PipelineSpec, SetDepth
+    from warpdeck.engine.edges.config import FeederSpec
+
+    for model, field in ((PipelineSpec, "slot_depth"), (FeederSpec, "max_depth"), (SetDepth, "depth")):
+        schema = model.model_json_schema()["properties"][field]
+        assert (schema["minimum"], schema["maximum"]) == (DEPTH_MIN, DEPTH_MAX), (model, field)
