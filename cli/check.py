@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from warpdeck.engine.api import BackendError, ExitStatus, PipelineSpec, SpecError, load_spec
-from warpdeck.engine.edges.sources import open_source
+from warpdeck.engine.api import (
+    ExitStatus,
+    PipelineSpec,
+    SpecError,
+    check_executor,
+    load_spec,
+    open_source,
+    resource_amounts,
+)
 
 __all__ = ["add_check_parser", "check_spec", "run_check"]
 
@@ -71,7 +77,7 @@ def check_spec(path: Path) -> dict[str, Any]:
     result["pipeline"] = spec.name
     result["stages"] = [{"fn": s.fn, "framework": s.framework, "factory": s.factory} for s in spec.stages]
     result["source"] = _source(spec, problems)
-    result["executor"] = _executor(spec, problems)
+    result["executor"] = check_executor(spec, problems)
     result["ok"] = not problems
     return result
 
@@ -100,80 +106,6 @@ def _source(spec: PipelineSpec, problems: list[str]) -> dict[str, Any]:
     if found["tasks"] == 0:
         problems.append(f"source ({src.kind}{': ' + str(where) if where is not None else ''}): no tasks")
     return found
-
-
-def _executor(spec: PipelineSpec, problems: list[str]) -> dict[str, Any]:
-    ex = spec.executor
-    if ex.kind != "ray":
-        return {"kind": "local"}
-    found: dict[str, Any] = {"kind": "ray", "address": ex.address, "connect_timeout_s": ex.connect_timeout_s,
-                             "joined": False, "join_s": None, "nodes": [], "data_mode": None, "data_why": None}
-    from warpdeck.engine.scaleout import raylink, reach  # noqa: PLC0415 - Ray itself loads only inside raylink's functions
-
-    found["data_mode"], found["data_why"] = _data_mode(spec)
-    ask = reach.per_actor(ex.cpus_per_worker, ex.gpus_per_worker, ex.resources)
-    found["per_worker"] = ask
-    found["remote_nodes"], found["plane_fix"] = [], reach.PLANE_FIX
-    with tempfile.TemporaryDirectory(prefix="warpdeck-check-") as scratch:
-        t0 = time.monotonic()
-        try:
-            if ex.address is None and not raylink.ray_running():
-                found["note"] = "no [executor] address: the run starts a local Ray on this machine (nothing to join)"
-                found["workers"] = ex.workers
-                found["local_gpus"] = here = raylink.local_gpus()
-                if ex.gpus_per_worker > 0 and here < ex.gpus_per_worker * (ex.workers or 1):
-                    problems.append(f"this machine has {here} GPU(s) a local Ray would see, and the spec asks for "
-                                    f"{ex.gpus_per_worker * (ex.workers or 1):g}: set [executor] gpus_per_worker = 0 "
-                                    "to run the actors on CPUs, or give an address of a cluster with GPUs")
-                return found
-            joined = raylink.connect(ex.address, ex.connect_timeout_s, Path(scratch))
-            try:
-                nodes = raylink.cluster_nodes()
-                found["remote_nodes"] = reach.remote_nodes(nodes, raylink.local_ips())
-            finally:
-                if joined:  # leave before the scratch log goes; a Ray this process already had stays
-                    raylink.disconnect()
-        except BackendError as exc:
-            problems.append(exc.reason)
-            return found
-    found.update(joined=True, join_s=round(time.monotonic() - t0, 3))
-    found["nodes"] = [{"ip": n.ip, "alive": n.alive, "CPU": n.cpus, "GPU": n.gpus, "resources": n.resources,
-                       "node_id": n.node_id} for n in nodes]
-    alive = [n for n in nodes if n.alive]
-    gpus = sum(n.gpus for n in alive)
-    workers = ex.workers if ex.workers is not None else max(1, int(gpus // ex.gpus_per_worker)
-                                                            if ex.gpus_per_worker else 1)
-    has: dict[str, float] = {}
-    for n in alive:
-        for k, v in {"CPU": n.cpus, "GPU": n.gpus, **n.resources}.items():
-            has[k] = has.get(k, 0.0) + v
-    holds = reach.actors_fit(alive, ask)
-    found.update(workers=workers, asks={k: v * workers for k, v in ask.items()},
-                 cluster={k: has.get(k, 0.0) for k in ask} if ask else {}, holds=holds,
-                 fits=holds is None or holds >= workers)
-    if not alive:
-        problems.append(f"the Ray cluster at {ex.address or 'this process'} has no alive nodes")
-    elif ex.gpus_per_worker > 0 and gpus == 0:
-        problems.append("the Ray cluster has no GPUs: add GPU nodes, or set [executor] gpus_per_worker = 0")
-    elif not found["fits"]:
-        short = ", ".join(f"{k} {v * workers:g} (has {has.get(k, 0.0):g})" for k, v in ask.items())
-        problems.append(f"the Ray cluster holds {holds} of the {workers} actors the spec asks for (each "
-                        f"{_amounts(ask)}; in all {short}): add nodes, or lower [executor] workers")
-    return found
-
-
-def _data_mode(spec: PipelineSpec) -> tuple[str | None, str | None]:
-    """The data mode a Ray run would use, and why (engine/scaleout/shared_data.py decides it)."""
-    try:
-        from warpdeck.engine.scaleout.shared_data import data_mode  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - CHECK-DATA-MODE: before shared data existed
-        return None, None
-    mode, why = data_mode(spec)
-    return mode, why
-
-
-def _amounts(ask: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k}" for k, v in ask.items()) or "nothing"
 
 
 def _text(r: dict[str, Any]) -> list[str]:
@@ -211,7 +143,8 @@ def _ray_text(ex: dict[str, Any]) -> list[str]:
         asks = ", ".join(f"{v:g} {k}" for k, v in ex["asks"].items()) or "nothing"
         has = ", ".join(f"{v:g} {k}" for k, v in ex["cluster"].items())
         holds = "any number of" if ex["holds"] is None else f"{ex['holds']}"
-        lines.append(f"  asks: {ex['workers']} actors x ({_amounts(ex['per_worker'])}) = {asks}; the cluster has "
+        each = resource_amounts(ex["per_worker"])
+        lines.append(f"  asks: {ex['workers']} actors x ({each}) = {asks}; the cluster has "
                      f"{has or 'them'}: it holds {holds} actors: {'fits' if ex['fits'] else 'does NOT fit'}")
     if ex["data_mode"] is not None:
         lines.append(f"  data: {ex['data_mode']}: {ex['data_why']}")

@@ -56,6 +56,8 @@ from warpdeck.engine.api import (
     parse_broker,
     parse_metrics_address,
     parse_spec,
+    ray_log_grew,
+    ray_log_size,
 )
 
 if TYPE_CHECKING:
@@ -255,9 +257,7 @@ def _ray_log_size(spec: PipelineSpec, run_dir: Path) -> int:
     """The size of the run's ray.log before a Ray run (0 for a local run, which loads no scale-out code)."""
     if spec.executor.kind != "ray":
         return 0
-    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415 - only a Ray run loads scale-out code
-
-    return RayLog.size(run_dir)
+    return ray_log_size(run_dir)
 
 
 def _ray_note(spec: PipelineSpec, run_dir: Path, before: int, err: Console) -> None:
@@ -265,9 +265,7 @@ def _ray_note(spec: PipelineSpec, run_dir: Path, before: int, err: Console) -> N
     output), where it is."""
     if spec.executor.kind != "ray":
         return
-    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415
-
-    if (log := RayLog.grew(run_dir, before)) is not None:
+    if (log := ray_log_grew(run_dir, before)) is not None:
         err.print(f"warpdeck: Ray or the actors wrote warnings, errors or output during the run; see {log}",
                   markup=False,
                   highlight=False, soft_wrap=True)

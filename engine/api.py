@@ -8,6 +8,7 @@ CuPy nor any UI library.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from warpdeck.engine.backends import Backend, BackendError, select_backend
 from warpdeck.engine.calibrate import advise, with_plan
@@ -20,10 +21,11 @@ from warpdeck.engine.control.signing import load_secret
 from warpdeck.engine.control.wire import WireError
 from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
 from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
+from warpdeck.engine.edges.executor_spec import resource_amounts
 from warpdeck.engine.edges.exports import Exports, ExportSettings, exporting, parse_metrics_address
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
-from warpdeck.engine.edges.sources import IterableSource, Source
+from warpdeck.engine.edges.sources import IterableSource, Source, open_source
 from warpdeck.engine.engine import Engine
 from warpdeck.engine.run.torch_stages import torch_stage
 from warpdeck.engine.state.advice import Advice, BackendAdvice
@@ -184,6 +186,7 @@ __all__ = [
     "WorkerView",
     "WorkerWaiting",
     "advise",
+    "check_executor",
     "column_codes",
     "describe_bottleneck",
     "ended_words",
@@ -192,10 +195,14 @@ __all__ = [
     "load_spec",
     "more_lanes_words",
     "not_run",
+    "open_source",
     "parse_broker",
     "parse_metrics_address",
     "parse_spec",
+    "ray_log_grew",
+    "ray_log_size",
     "read_recording",
+    "resource_amounts",
     "run_pipeline",
     "seconds_text",
     "select_backend",
@@ -213,3 +220,25 @@ async def run_pipeline(spec: PipelineSpec, run_dir: Path | str | None = None, *,
     there and resumes what an earlier run in it left (``retry_failed``: failed tasks too)."""
     async with Engine(spec, run_dir, backend=backend, source=source, sink=sink, retry_failed=retry_failed) as engine:
         return await engine.wait()
+
+
+# Scale-out code loads only where a Ray run or its check asks for it (a local run never does).
+def check_executor(spec: PipelineSpec, problems: list[str]) -> dict[str, Any]:
+    """``warpdeck check``'s findings on the spec's executor (engine/scaleout/cluster_check.py)."""
+    from warpdeck.engine.scaleout.cluster_check import check_executor as check  # noqa: PLC0415
+
+    return check(spec, problems)
+
+
+def ray_log_size(run_dir: Path) -> int:
+    """The size of a run directory's ray.log (Ray's warnings and the actors' output), 0 if none."""
+    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415
+
+    return RayLog.size(run_dir)
+
+
+def ray_log_grew(run_dir: Path, before: int) -> Path | None:
+    """The run directory's ray.log if it grew past ``before`` bytes during a run, else None."""
+    from warpdeck.engine.scaleout.reach import RayLog  # noqa: PLC0415
+
+    return RayLog.grew(run_dir, before)

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from warpdeck.engine.edges.spec_types import SpecModel
 
-__all__ = ["DataMode", "ExecutorSpec", "RuntimeEnvSpec", "why_not_shared"]
+__all__ = ["DataMode", "ExecutorSpec", "RuntimeEnvSpec", "resource_amounts", "why_not_shared"]
 
 #: ``ship``: the engine loads inputs and writes outputs, arrays travel through Ray's object store;
 #: ``shared``: each actor loads and writes on storage every node sees, the engine leases keys and
@@ -122,3 +122,8 @@ class ExecutorSpec(SpecModel):
             if given:
                 raise ValueError(f"{', '.join(given)}: for kind = 'ray' only")
         return self
+
+
+def resource_amounts(ask: dict[str, float]) -> str:
+    """Resources in words, as ``check`` and its problems write them: ``1 CPU, 1 GPU`` (``nothing``)."""
+    return ", ".join(f"{v:g} {k}" for k, v in ask.items()) or "nothing"
