@@ -24,6 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,6 +36,8 @@ IN = 64  # float32 values per input; each output is SPREAD times as many (wd_sta
 ROW = IN * 256  # float32 values per output: 64 KiB
 BATCH = 4
 STOPS = 20
+#: Batches a run may still have in flight when its outputs show it near the end (slots and sink threads).
+_LAST_BATCHES = 8
 SEED = 20261127
 
 SPEC = """
@@ -216,21 +219,31 @@ class Stops:
             _room(self.disk, int(self.rng.integers(2, 10)) * BATCH * ROW * 4)
         proc = _launch(self.spec, self.run_dir, self.out, log, report)
         if self._moment(proc, log):
-            signalled = time.monotonic()
+            signalled, left = time.monotonic(), N - self.outputs.landed()
             proc.send_signal(self.sig)
             code = proc.wait(timeout=60)
             self.slowest = max(self.slowest, time.monotonic() - signalled)
-            assert code == 4, f"stop {i} ({self.moments[-1]}): exit {code}\n{log.read_text()}"
             doc = json.loads(report.read_text())
-            assert (doc["status"], doc["stopped_by"]) == ("stopped", "signal"), log.read_text()
-            assert doc["counts"]["failed"] == 0, doc["failures"]
-            if self.in_outage:
-                assert doc["outages"] is not None and doc["outages"]["count"] >= 1
-            self.stopped += 1
+            if code == 0 and doc["status"] == "finished" and left <= _LAST_BATCHES * BATCH:
+                # The run ended between the moment and the signal, its last batches already in
+                # flight (seen on a loaded machine): nothing was left to stop. Its outputs are
+                # checked below all the same; a stop ignored with more work left still fails.
+                self.moments[-1] += " (finished first)"
+            else:
+                self._stopped(i, code, doc, log)
         else:
             assert proc.wait(timeout=60) == 0, log.read_text()
         for key, value in self.outputs.changed():  # every output in place is its own, whole
             np.testing.assert_array_equal(value, reference[key], err_msg=f"{key} after stop {i} ({self.moments[-1]})")
+
+    def _stopped(self, i: int, code: int, doc: dict[str, Any], log: Path) -> None:
+        """A stop that landed while the run lived: exit 4, a report that says a signal stopped it."""
+        assert code == 4, f"stop {i} ({self.moments[-1]}): exit {code}\n{log.read_text()}"
+        assert (doc["status"], doc["stopped_by"]) == ("stopped", "signal"), log.read_text()
+        assert doc["counts"]["failed"] == 0, doc["failures"]
+        if self.in_outage:
+            assert doc["outages"] is not None and doc["outages"]["count"] >= 1
+        self.stopped += 1
 
     def finish(self, reference: dict[str, np.ndarray]) -> dict[str, object]:
         """Resume to the end; every key once, with its value; nothing left over; the final report."""
