@@ -138,7 +138,8 @@ class StatusBar(Widget):
             add(f"{n(c.done_all)}/{n(c.out_of)} done{_GAP}", 0)
             if c.earlier:  # a resume: the done count holds what the earlier run did
                 add(f"({n(c.earlier)} earlier){_GAP}", 1, "italic")
-            said = " with " in words  # the ending already counts them (``ended_words``)
+            # An ended run whose words are more than its status counts them already (``ended_words``).
+            said = (snap.finished or snap.status == "stopped") and words != snap.status
             if c.failed and not said:
                 add(f"✗{n(c.failed)} failed{_GAP}", 0, "bold")
             if c.cancelled and not said:
