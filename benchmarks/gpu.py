@@ -5,6 +5,11 @@ Needs a CUDA device, CuPy and PyTorch (with CUDA). Parts, in this order (``--par
   env       the card, driver, CUDA, CuPy and torch versions, PCIe link
   ceilings  pinned h2d and d2h (large copies, and one batch's size), both at once on two streams,
             device-to-device (bytes read + written), pageable h2d and d2h for contrast
+  shared    slot buffers in shared memory registered as pinned (cudaHostRegister), which worker
+            processes write directly: copies from them against cudaHostAlloc and pageable memory, the
+            registration's cost, two spawned processes writing a slot the card then reads (compared
+            with their seeds), and the engine's balanced run with every host slot shared and
+            registered against the engine as it is (benchmarks/_gpu_shared.py)
   figures   three workloads, each a float32 (256, 1024) task (1 MiB) in batches of 64 (64 MiB in and
             64 MiB out per batch) and a kernel calibrated to a share of one batch's copy time:
               transfer-bound  compute 0.25x the copy      balanced  compute 1x the copy
@@ -57,11 +62,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _gpu_shared
 import _gpu_work
 import numpy as np
 from _common import print_table, verdict, write_json
 
-PARTS = ("env", "ceilings", "figures", "scaling", "loop", "correct", "nvml", "trace", "tests", "advise")
+PARTS = ("env", "ceilings", "shared", "figures", "scaling", "loop", "correct", "nvml", "trace", "tests", "advise")
 BATCH = 64
 #: Compute time per batch as a share of one batch's copy time, per workload.
 WORKLOADS = {"transfer-bound": 0.25, "balanced": 1.0, "compute-bound": 3.0}
@@ -346,6 +352,29 @@ def summary(res: dict[str, Any]) -> None:
                   f"peak {verdict(h2d >= 0.90)}; h2d of n+1 beside compute of n in "
                   f"{bal['h2d_next_overlaps_compute']:.2f} of batches, d2h of n-1 in "
                   f"{bal['d2h_prev_overlaps_compute']:.2f}; kernel gaps median {bal['gap_median_us']:.0f} us")
+    sh = res.get("shared", {})
+    if "copies" in sh:
+        cp_ = sh["copies"]
+
+        def pair(a: str, b: str, scale: float = 1.0, spec: str = ".1f") -> str:
+            return f"{cp_.get(a, 0) * scale:{spec}} / {cp_.get(b, 0) * scale:{spec}}"
+
+        rows = [[size, pair(f"h2d_pinned_{size}", f"d2h_pinned_{size}"),
+                 pair(f"h2d_shared_registered_{size}", f"d2h_shared_registered_{size}"),
+                 f"{cp_.get(f'h2d_shared_pageable_{size}', 0):.1f}",
+                 pair(f"register_s_per_gib_{size}", f"unregister_s_per_gib_{size}", 1e3, ".0f"),
+                 pair(f"h2d_registered_enqueue_ms_{size}", f"h2d_registered_copy_ms_{size}", 1.0, ".3f")]
+                for size in sorted({k.rsplit("_", 1)[1] for k in cp_ if k.startswith("h2d_pinned_")})]
+        print_table("shared slots (GB/s)", ["size", "cudaHostAlloc h2d / d2h", "shared registered h2d / d2h",
+                                           "shared pageable h2d", "register / unregister ms per GiB",
+                                           "registered h2d enqueue / copy ms"], rows)
+    if "cross_process" in sh:
+        print(f"shared: two worker processes wrote a registered slot the card read: {sh['cross_process']}")
+    for label, r in sh.get("engine", {}).items():
+        if isinstance(r, dict):
+            print(f"shared: engine {label}: {r.get('batches_s') or 0:.1f} batches/s of bound "
+                  f"{sh['engine']['bound_batches_s']:.1f}, busy {r.get('device_busy') or 0:.3f}, "
+                  f"h2d {r.get('h2d_gbs_median') or 0:.1f} GB/s, wrong stamps {r.get('wrong_stamps')}")
     for part in ("correct", "nvml", "trace", "advise", "tests"):
         if part in res:
             print(f"{part}: {json.dumps(res[part], default=str)[:1500]}")
@@ -394,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], Any]] = {
         "env": lambda: env_part(cp),
         "ceilings": lambda: ceilings(cp, (256 if args.quick else 1024) << 20, BATCH << 20, 10 if args.quick else 20),
+        "shared": lambda: _gpu_shared.shared_part(cp, res["ceilings"], batches, args.quick),
         "figures": lambda: figures(cp, res["ceilings"], batches, args.out),
         "scaling": lambda: scaling(cp, res["ceilings"], min(batches, 200)),
         "loop": lambda: loop_part(cp, res["ceilings"], batches),
@@ -405,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
              str(args.out / "advise-dense.json")], timeout=120),
         "tests": lambda: tests_part(150),
     }
-    if {"figures", "scaling", "loop"} & set(parts) and "ceilings" not in parts:
+    if {"figures", "scaling", "loop", "shared"} & set(parts) and "ceilings" not in parts:
         parts.insert(0, "ceilings")
     began = time.perf_counter()
     for part in parts:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.host_pool import HostPool
+from warpdeck.engine.backends.shared_memory import SharedArena, SharedBuffer
 from warpdeck.engine.state.task_states import Phase
 
 __all__ = [
@@ -420,6 +421,12 @@ class Backend(Protocol):
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         """A host staging buffer (pinned on a GPU), allocated once per slot."""
+        ...
+
+    def shared_host_buffer(self, arena: SharedArena, nbytes: int) -> SharedBuffer:
+        """A host staging buffer in ``arena``'s shared memory, which worker processes write into
+        directly (engine/backends/shared_memory.py); page-locked for the device on a GPU. It stays
+        usable until the arena closes it."""
         ...
 
     def device_buffer(self, nbytes: int) -> Any:

@@ -16,6 +16,7 @@ H200 by benchmarks/gpu.py (docs/benchmarks.md).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import importlib
 import math
 import queue
@@ -38,6 +39,7 @@ from warpdeck.engine.backends.base import (
     StreamSet,
 )
 from warpdeck.engine.backends.numpy_backend import HOST_CLOCK
+from warpdeck.engine.backends.shared_memory import SharedArena, SharedBuffer, memory_backed
 from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason", "torch_stream_context"]
@@ -196,6 +198,32 @@ class _Waiter:
             self._thread = None
 
 
+#: ``cudaHostRegisterPortable``: the memory is page-locked for every CUDA context, not only the
+#: current one (a lane's thread may make another device current).
+_HOST_REGISTER_PORTABLE = 1
+
+
+def _unpinnable(arena: SharedArena, why: str) -> str:
+    return (f"cannot page-lock shared slot memory in {arena.path} ({why}): keep the shared arena on a "
+            "memory file system such as /dev/shm")
+
+
+class _Registration:
+    """One ``cudaHostRegister`` of a shared buffer, undone once (``undo``)."""
+
+    __slots__ = ("_cp", "address")
+
+    def __init__(self, cupy: ModuleType, address: int) -> None:
+        self._cp = cupy
+        self.address = address
+
+    def undo(self) -> None:
+        if self.address:
+            address, self.address = self.address, 0
+            with contextlib.suppress(Exception):  # a context already torn down at exit unregisters it
+                self._cp.cuda.runtime.hostUnregister(address)
+
+
 class _Streams(StreamSet):
     def __init__(self, lane: int, cupy: ModuleType) -> None:
         super().__init__(lane)
@@ -230,12 +258,34 @@ class CupyBackend:
         #: How each phase's interval is measured (``PHASE_CLOCKS``).
         self.phase_clocks: dict[str, str] = dict(PHASE_CLOCKS)
         self._pinned: list[Any] = []
+        self._registered: list[_Registration] = []
         self._nonfinite: Any = None  # the reduction kernel, made on first use
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         mem = self._cp.cuda.alloc_pinned_memory(max(nbytes, 1))
         self._pinned.append(mem)  # the array does not keep the pinned block alive by itself
         return np.frombuffer(mem, np.uint8, nbytes)
+
+    def shared_host_buffer(self, arena: SharedArena, nbytes: int) -> SharedBuffer:
+        """A buffer in ``arena`` page-locked for the device (``cudaHostRegister``): h2d and d2h
+        copy it by DMA, asynchronously, as they do a buffer from ``cudaHostAlloc``, while worker
+        processes write it through their own mappings. The registration is undone before the
+        buffer is unmapped (its ``on_close``) or when the backend closes, whichever comes first."""
+        # Seen on an H200 (docs/benchmarks.md): a mapping of a file on disk is refused with
+        # cudaErrorInvalidValue; one in /dev/shm (tmpfs) registers.
+        if memory_backed(arena.path) is False:
+            raise BackendError("cupy", _unpinnable(arena, "it is not on a memory file system"))
+        buf = arena.allocate(nbytes)
+        try:
+            with self._device:
+                self._cp.cuda.runtime.hostRegister(buf.address, max(nbytes, 1), _HOST_REGISTER_PORTABLE)
+        except Exception as exc:
+            arena.release(buf)
+            raise BackendError("cupy", _unpinnable(arena, str(exc))) from exc
+        reg = _Registration(self._cp, buf.address)
+        buf.on_close.append(reg.undo)
+        self._registered.append(reg)
+        return buf
 
     def device_buffer(self, nbytes: int) -> Any:
         with self._device:
@@ -317,3 +367,5 @@ class CupyBackend:
 
     def close(self) -> None:
         self._pinned.clear()
+        while self._registered:
+            self._registered.pop().undo()

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Marker, NonfiniteCounter, StreamSet
+from warpdeck.engine.backends.shared_memory import SharedArena, SharedBuffer
 from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["HOST_CLOCK", "NumpyBackend"]
@@ -39,6 +40,9 @@ class NumpyBackend:
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         return np.empty(nbytes, np.uint8)
+
+    def shared_host_buffer(self, arena: SharedArena, nbytes: int) -> SharedBuffer:
+        return arena.allocate(nbytes)
 
     def device_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         return np.empty(nbytes, np.uint8)
