@@ -23,6 +23,7 @@ from warpdeck.engine.control.worker_auth import UNAUTHENTICATED
 from warpdeck.engine.edges.config import PipelineSpec, SpecError, SpecIssue, load_spec, parse_spec
 from warpdeck.engine.edges.executor_spec import resource_amounts
 from warpdeck.engine.edges.exports import Exports, ExportSettings, exporting, parse_metrics_address
+from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source, open_source
@@ -134,6 +135,7 @@ __all__ = [
     "FeederView",
     "Figures",
     "HostThreads",
+    "InputError",
     "IterableSource",
     "JournalError",
     "LaneStatus",

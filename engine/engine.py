@@ -36,7 +36,7 @@ from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.outage import HeldSink, Outage, sink_dir
 from warpdeck.engine.edges.resume import ResumingSource
 from warpdeck.engine.edges.sinks import DurableSink, Sink, open_sink, settle
-from warpdeck.engine.edges.sources import Source, open_source
+from warpdeck.engine.edges.sources import Source, open_source, row_loader
 from warpdeck.engine.run.autotune import Autotuner
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.command_handler import CommandHandler
@@ -45,6 +45,7 @@ from warpdeck.engine.run.fault_watch import FaultWatch
 from warpdeck.engine.run.feeder import Feeder, feeder_watermarks
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
+from warpdeck.engine.run.process_fill import ProcessFill
 from warpdeck.engine.run.reporting import RunFacts, make_report
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.run.snapshot_builder import HOST, SnapshotBuilder
@@ -84,7 +85,10 @@ class Engine:
         # A run given a run directory is durable by default: journaled there, resumed from there.
         # Without one (library calls, most tests) nothing is written unless journal=True.
         durable = run_dir is not None if journal is None else journal
-        raw_source = source if source is not None else open_source(spec.source)
+        processes = spec.host.fill_pool == "processes" and spec.executor.kind == "local"
+        raw_source = source if source is not None else open_source(spec.source, processes=processes)
+        #: Loads one task into its row in a fill worker process (``host.fill_pool = "processes"``).
+        self._row_loader = row_loader(raw_source) if processes else None
         self.resume = ResumingSource(raw_source, self.sink) if durable else None
         self.source: Source = self.resume if self.resume is not None else raw_source
         self.retry_failed = retry_failed
@@ -143,8 +147,15 @@ class Engine:
             return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for, self.sink)
         host = self.spec.host
         return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
-                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1)
+                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1, self._fill_processes(i))
                 for i in range(len(self.state.lane_worker))]
+
+    def _fill_processes(self, lane: int) -> ProcessFill | None:
+        if self._row_loader is None:
+            return None
+        host = self.spec.host
+        return ProcessFill(self.backend, self._row_loader, host.fill_workers or 1, host.process_deadline_s,
+                           f"{self.spec.name}-lane{lane}")
 
     # -- what the run is made of (read-only views for the CLI, the TUI link and tests) ---------------
     @property

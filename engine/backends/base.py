@@ -38,6 +38,7 @@ __all__ = [
     "MarkerTimeout",
     "NonfiniteCounter",
     "StreamSet",
+    "charge_cpu",
 ]
 
 
@@ -220,6 +221,15 @@ def done_marker(phase: Phase) -> Marker:
 NonfiniteCounter = Callable[[Any, Any], None]
 
 
+_CHARGED = threading.local()
+
+
+def charge_cpu(seconds: float) -> None:
+    """Inside a job: CPU another process spent on the job's behalf (a fill worker process), counted
+    in the job's ``Marker.cpu`` beside its own thread's, so the tuner sees what the phase costs."""
+    _CHARGED.s = getattr(_CHARGED, "s", 0.0) + seconds
+
+
 #: The phases that run on host threads only, and may run on several at once (``HostPool``).
 HOST_PHASES = (Phase.FILL, Phase.SINK)
 
@@ -273,12 +283,13 @@ class StreamSet:
                 # read by a running job (a sink writing it out). This job must not touch it.
                 raise StreamsClosed(f"streams closed before {phase.name.lower()} ran")
             _check_held(phase, deps)
+            _CHARGED.s = 0.0
             c0 = time.thread_time()
             marker.t0 = time.perf_counter()
             result = job()
             if not device_deps:
                 marker.t1 = time.perf_counter()
-            marker.cpu = time.thread_time() - c0
+            marker.cpu = time.thread_time() - c0 + _CHARGED.s
             return result
 
         marker.future = self._pools[phase].submit(run)

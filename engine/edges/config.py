@@ -31,6 +31,7 @@ from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Ta
 from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
 
 __all__ = [
+    "PROCESS_SOURCES",
     "CallableSink",
     "CallableSource",
     "Dtype",
@@ -39,6 +40,7 @@ __all__ = [
     "FeederSpec",
     "HostSpec",
     "ImageSource",
+    "ItemsSource",
     "NpyDirSink",
     "NpyDirSource",
     "NullSink",
@@ -57,6 +59,8 @@ __all__ = [
 ]
 
 _DTYPES = DTYPES
+#: Sources whose loads can run in a fill worker process (``host.fill_pool``).
+PROCESS_SOURCES = ("items", "images", "npy_dir")
 
 
 class _Model(SpecModel):
@@ -126,6 +130,29 @@ class CallableSource(_Model):
     kind: Literal["callable"]
     target: Target
     """``module:function`` returning the iterable."""
+
+
+class ItemsSource(_Model):
+    """Your own per-item loading, the part of a ``Dataset.__getitem__`` you write yourself:
+    ``items()`` lists the items cheaply, ``load(handle, row)`` writes one item into its row of the
+    slot in place. With ``host.fill_pool = "processes"`` the loads run in worker processes, so
+    pure-Python work (decoding, tokenising) uses every core."""
+
+    kind: Literal["items"]
+    items: Target
+    """``module:function`` returning an iterable of ``(key, handle)`` pairs (or of handles alone:
+    keys ``item-00000000`` on). A handle is what ``load`` needs to find the item: a path, a row id,
+    an offset; small, and picklable when loads run in processes."""
+    load: Target
+    """``module:function`` called as ``load(handle, row)``: write the item's input into ``row`` (a
+    writable array of ``shape`` and ``dtype``) in place; what it raises fails that item alone, with
+    its traceback (an ``InputError`` is not retried)."""
+    shape: Shape
+    """Shape of one item's input."""
+    dtype: Dtype = "float32"
+    """Element type of the inputs."""
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Keyword arguments for ``items`` (a file to list, a limit): ``items(**options)``."""
 
 
 class NpyDirSink(_Model):
@@ -221,6 +248,15 @@ class HostSpec(_Model):
     cpu_cores: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
     """Cores the run may keep busy (the CPU budget the tuner and the bound count); absent: the
     cores this process may run on."""
+    fill_pool: Literal["threads", "processes"] = "threads"
+    """Where inputs are loaded: ``threads`` of the engine's process (I/O, and decoders that release
+    the GIL), or ``processes``: one warm worker process per fill thread, each writing its batch
+    straight into the slot's shared memory (work that holds the GIL: Python decoding, tokenising,
+    your own ``load``). Processes need a source that can load in another process: ``items``,
+    ``images`` or ``npy_dir``."""
+    process_deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    """A fill worker process busy on one batch longer than this is killed and replaced; the
+    batch's tasks are tried again."""
 
     @model_validator(mode="after")
     def _pins_in_range(self) -> HostSpec:
@@ -248,7 +284,7 @@ class PipelineSpec(_Model):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     """Pipeline name: used in topics, the run directory and the report."""
-    source: Annotated[SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource,
+    source: Annotated[SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource | ItemsSource,
                       Field(discriminator="kind")]
     """Where tasks come from."""
     sink: Annotated[NpyDirSink | ParquetSink | CallableSink | NullSink,
@@ -286,6 +322,17 @@ class PipelineSpec(_Model):
     def _depth_in_range(self) -> PipelineSpec:
         if self.feeder.auto_depth and self.feeder.max_depth < self.slot_depth:
             raise ValueError("feeder.max_depth must be at least slot_depth")
+        return self
+
+    @model_validator(mode="after")
+    def _processes_possible(self) -> PipelineSpec:
+        if self.host.fill_pool == "processes":
+            if self.source.kind not in PROCESS_SOURCES:
+                raise ValueError(f"host.fill_pool = 'processes': a {self.source.kind} source loads in the engine's "
+                                 f"process; use an items source (your own load function), images or npy_dir")
+            if self.executor.kind != "local":
+                raise ValueError("host.fill_pool = 'processes' is for local lanes; Ray actors load in their own "
+                                 "processes already")
         return self
 
     @model_validator(mode="after")
@@ -333,7 +380,7 @@ def _issues(err: ValidationError) -> list[SpecIssue]:
 
 
 # pydantic puts the discriminator's value into the location of union errors; it adds nothing.
-_UNION_TAGS = {"synthetic", "npy_dir", "images", "parquet", "callable", "null"}
+_UNION_TAGS = {"synthetic", "npy_dir", "images", "parquet", "callable", "items", "null"}
 
 
 def resolve_target(target: str, search: Path | None = None) -> Callable[..., Any]:
@@ -366,6 +413,8 @@ def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
     places += [(f"stages.{i}.factory", s.factory) for i, s in enumerate(spec.stages) if s.factory is not None]
     if isinstance(spec.source, CallableSource):
         places.append(("source.target", spec.source.target))
+    if isinstance(spec.source, ItemsSource):
+        places += [("source.items", spec.source.items), ("source.load", spec.source.load)]
     if isinstance(spec.sink, CallableSink):
         places.append(("sink.target", spec.sink.target))
     issues = [SpecIssue(f"stages.{i}.framework", "needs PyTorch: pip install 'warpdeck[torch]'")

@@ -39,7 +39,7 @@ from warpdeck.engine.edges.npy_inputs import open_regular
 from warpdeck.engine.edges.sources import KeyedTasks, load_each, safe_key
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
-__all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
+__all__ = ["SUFFIXES", "ImageDecoder", "ImageSourceImpl", "image_key"]
 
 #: Names that are tasks (compared lower-cased); anything else the glob matches is skipped.
 SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
@@ -76,6 +76,7 @@ class ImageSourceImpl(KeyedTasks):
         h, w = spec.size
         c = _CHANNELS[spec.mode]
         self._key = BatchKey("image", (h, w, c) if spec.layout == "HWC" else (c, h, w), spec.dtype)
+        self._decode = ImageDecoder(spec)
 
     @property
     def batch_key(self) -> BatchKey:
@@ -90,9 +91,22 @@ class ImageSourceImpl(KeyedTasks):
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
         """Decode item j into ``out[j]``; each item's error (or None). Runs on a fill thread."""
-        return load_each(items, out, lambda t, row: self._load_one(t.handle, row))
+        decode = self._decode
+        return load_each(items, out, lambda t, row: decode(t.handle, row))
 
-    def _load_one(self, path: Path, row: npt.NDArray[Any]) -> None:
+    def row_loader(self) -> ImageDecoder:
+        """Decodes one task's image into its row in a fill worker process (``host.fill_pool``)."""
+        return self._decode
+
+
+class ImageDecoder:
+    """Decodes one image file into a row, by the source's spec. Picklable (the spec and nothing
+    else), so a fill worker process runs the very decoder a fill thread runs."""
+
+    def __init__(self, spec: ImageSource) -> None:
+        self.spec = spec
+
+    def __call__(self, path: Path, row: npt.NDArray[Any]) -> None:
         with open_regular(path) as f:
             if os.fstat(f.fileno()).st_size == 0:
                 raise InputError(str(path), "empty file")

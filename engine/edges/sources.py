@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import pickle
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import (
     CallableSource,
     ImageSource,
+    ItemsSource,
     NpyDirSource,
     ParquetSource,
     SyntheticSource,
@@ -32,13 +34,16 @@ from warpdeck.engine.state.batches import BatchKey, TaskInput
 __all__ = [
     "SAFE_KEY",
     "InputError",
+    "ItemsSourceImpl",
     "IterableSource",
     "KeyedTasks",
     "NpyDirSourceImpl",
     "Source",
     "SyntheticSourceImpl",
     "load_each",
+    "load_npy_row",
     "open_source",
+    "row_loader",
     "safe_key",
     "source_describes",
     "source_produces",
@@ -241,32 +246,37 @@ class NpyDirSourceImpl:
             yield TaskInput(path.stem, BatchKey("npy", shape, self.spec.dtype or dtype.name), path)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
-        return load_each(items, out, self._load_one)
+        return load_each(items, out, lambda t, row: load_npy_row(t.handle, row))
 
-    @staticmethod
-    def _load_one(t: TaskInput, row: npt.NDArray[Any]) -> None:
-        path: Path = t.handle
-        want = t.batch_key
-        with open_regular(path) as f:
-            h = read_header(path, f)
-            if h.dtype.hasobject:
-                raise InputError(str(path), dtype_problem(h.dtype))
-            if h.shape != want.shape:
-                raise InputError(str(path), f"shape {list(h.shape)}, expected {list(want.shape)}")
-            if h.dtype.newbyteorder("=") != np.dtype(want.dtype):
-                raise InputError(str(path), f"dtype {h.dtype}, expected {want.dtype}")
-            f.seek(h.offset)
-            if h.fortran and len(h.shape) > 1:
-                flat = np.fromfile(f, h.dtype, int(np.prod(h.shape)))
-                got = flat.nbytes
-                if got == want.nbytes:
-                    row[...] = flat.reshape(h.shape[::-1]).T
-            else:
-                got = f.readinto(row.reshape(-1).view(np.uint8).data)
-                if got == want.nbytes and not h.dtype.isnative:
-                    row.byteswap(inplace=True)  # stored big-endian: the row holds native values
-        if got != want.nbytes:
-            raise InputError(str(path), f"truncated ({got} of {want.nbytes} data bytes)")
+    def row_loader(self) -> Callable[[Any, npt.NDArray[Any]], None]:
+        """Loads one task's file into its row in a fill worker process (``host.fill_pool``)."""
+        return load_npy_row
+
+
+def load_npy_row(path: Path, row: npt.NDArray[Any]) -> None:
+    """Read the ``.npy`` file at ``path`` into ``row``, which has the shape and dtype the task's
+    batching key expects; an ``InputError`` when the file does not hold exactly that."""
+    want_shape, want_dtype, nbytes = row.shape, row.dtype, row.nbytes
+    with open_regular(path) as f:
+        h = read_header(path, f)
+        if h.dtype.hasobject:
+            raise InputError(str(path), dtype_problem(h.dtype))
+        if h.shape != want_shape:
+            raise InputError(str(path), f"shape {list(h.shape)}, expected {list(want_shape)}")
+        if h.dtype.newbyteorder("=") != want_dtype:
+            raise InputError(str(path), f"dtype {h.dtype}, expected {want_dtype}")
+        f.seek(h.offset)
+        if h.fortran and len(h.shape) > 1:
+            flat = np.fromfile(f, h.dtype, int(np.prod(h.shape)))
+            got = flat.nbytes
+            if got == nbytes:
+                row[...] = flat.reshape(h.shape[::-1]).T
+        else:
+            got = f.readinto(row.reshape(-1).view(np.uint8).data)
+            if got == nbytes and not h.dtype.isnative:
+                row.byteswap(inplace=True)  # stored big-endian: the row holds native values
+    if got != nbytes:
+        raise InputError(str(path), f"truncated ({got} of {nbytes} data bytes)")
 
 
 class KeyedTasks:
@@ -333,8 +343,64 @@ class IterableSource:
         return "an array from a Python iterable"
 
 
-def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource, *,
-                tasks: bool = True) -> Source:
+class ItemsSourceImpl:
+    """A user's own items: ``items()`` lists ``(key, handle)`` pairs, ``load(handle, row)`` writes
+    one item in place (on a fill thread, or in a fill worker process: ``row_loader``)."""
+
+    def __init__(self, spec: ItemsSource, picklable: bool = False) -> None:
+        self._list = resolve_target(spec.items)
+        self._options = dict(spec.options)
+        self._load_one = resolve_target(spec.load)
+        self._key = BatchKey("items", tuple(spec.shape), spec.dtype)
+        self.total: int | None = None
+        #: Handles must pickle (their loads run in worker processes): one that does not fails its
+        #: task on admission, naming why, instead of reaching a worker.
+        self.picklable = picklable
+
+    def items(self) -> Iterator[TaskInput]:
+        key_of = self._key
+        for i, item in enumerate(self._list(**self._options)):
+            key, handle = item if isinstance(item, tuple) and len(item) == 2 else (f"item-{i:08d}", item)  # noqa: PLR2004
+            key = str(key)
+            err = "" if SAFE_KEY.match(key) else f"input: key {key[:40]!r} must be letters, digits, '.', '_' or '-'"
+            if self.picklable and not err:
+                err = _unpicklable(handle)
+            yield TaskInput(key, key_of, handle, err)
+
+    def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        return load_each(items, out, lambda t, row: self._load_one(t.handle, row))
+
+    def row_loader(self) -> Callable[[Any, npt.NDArray[Any]], None]:
+        return self._load_one
+
+    def produces(self, key: str) -> bool | None:
+        """The user's list is known only by listing it: it cannot say."""
+        return None
+
+
+def _unpicklable(handle: Any) -> str:
+    """Why ``handle`` cannot travel to a worker process ("" when it can)."""
+    try:
+        pickle.dumps(handle)
+    except Exception as exc:  # noqa: BLE001 - whatever stops it pickling
+        return (f"input: its handle {type(handle).__name__} cannot be sent to a fill worker process "
+                f"({type(exc).__name__}: {exc}); hand out a path, an id or an offset instead")
+    return ""
+
+
+def row_loader(source: Source) -> Callable[[Any, npt.NDArray[Any]], None]:
+    """The function that loads one of ``source``'s tasks into its row in a fill worker process
+    (``host.fill_pool = "processes"``); a ``ValueError`` naming the source when it has none."""
+    make = getattr(source, "row_loader", None)
+    if make is None:
+        raise ValueError(f"host.fill_pool = 'processes': a {type(source).__name__} loads in the engine's process; "
+                         "use an items source (your own load function), images or npy_dir")
+    loader: Callable[[Any, npt.NDArray[Any]], None] = make()
+    return loader
+
+
+def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSource | CallableSource | ItemsSource,
+                *, tasks: bool = True, processes: bool = False) -> Source:
     """The source a spec section describes. ``tasks=False``: a loader of the handles another
     process enumerated (a Ray actor with shared data): it lists no folder and reads no key column,
     so ``items`` yields nothing and ``total`` is None; ``load`` is the same."""
@@ -352,6 +418,8 @@ def open_source(spec: SyntheticSource | NpyDirSource | ImageSource | ParquetSour
         from warpdeck.engine.edges.parquet_source import ParquetSourceImpl  # noqa: PLC0415
 
         return ParquetSourceImpl(spec, tasks)
+    if isinstance(spec, ItemsSource):
+        return ItemsSourceImpl(spec, picklable=processes)
     return IterableSource(resolve_target(spec.target))
 
 

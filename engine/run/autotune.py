@@ -199,6 +199,8 @@ class Autotuner:
     held: dict[tuple[int, Phase], ThreadCap] = field(default_factory=dict)
     #: Cores the machine lets this process use (the bound counts these; the budget may be less).
     machine_cores: float = field(default_factory=default_cores)
+    #: Each fill thread hands its batch to a worker process (``[host] fill_pool = "processes"``).
+    fill_processes: bool = False
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> Autotuner:
@@ -207,7 +209,8 @@ class Autotuner:
         pinned = frozenset(p for p, n in ((Phase.FILL, host.fill_workers), (Phase.SINK, host.sink_workers))
                            if n is not None)
         return cls(DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
-                   host.max_workers, host.cpu_cores or default_cores(), pinned)
+                   host.max_workers, host.cpu_cores or default_cores(), pinned,
+                   fill_processes=host.fill_pool == "processes" and spec.executor.kind == "local")
 
     def threads(self, lanes: Sequence[LaneLike]) -> dict[int, tuple[HostThreads, HostThreads]]:
         """Each lane's fill and sink threads: how many now, how many it may reach, why not more."""
@@ -216,14 +219,15 @@ class Autotuner:
     def _threads(self, lane: LaneLike, phase: Phase) -> HostThreads:
         now = lane.workers(phase)
         peak = max(now, self.peak.get((lane.id, phase), 0))
+        procs = phase is Phase.FILL and self.fill_processes
         if phase in self.pinned:
-            return HostThreads(now, peak, "pinned")
+            return HostThreads(now, peak, "pinned", procs)
         if (lane.id, phase) in self.saturated:
-            return HostThreads(now, peak, "saturated")
+            return HostThreads(now, peak, "saturated", procs)
         why = self.held.get((lane.id, phase))
         if why is not None:
-            return HostThreads(now, peak, why)
-        return HostThreads(now, max(peak, self.max_workers), "tuned")
+            return HostThreads(now, peak, why, procs)
+        return HostThreads(now, max(peak, self.max_workers), "tuned", procs)
 
     @property
     def window(self) -> int:

@@ -7,24 +7,28 @@ failed write never fails its neighbours.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
-from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.state.batches import TaskInput
 from warpdeck.engine.state.records import NonFiniteOutput
 
-__all__ = ["load_rows", "write_outputs"]
+__all__ = ["Loader", "load_rows", "write_outputs"]
 
 
-def load_rows(source: Source, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
+#: ``load(items, out)``: writes item j's input into ``out[j]``; each item's error or None
+#: (``Source.load``, or a lane's worker processes: engine/run/process_fill.py).
+Loader = Callable[[Sequence[TaskInput], Any], list[BaseException | None]]
+
+
+def load_rows(load: Loader, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
     """Load ``items`` into the rows of ``out``; each task's error (or None). Runs on a fill thread.
     When some rows failed, the good ones are moved up to the front, in order, so that the batch of
     the rest (``LaneHost.on_filled``) finds its inputs in ``out[:len(rest)]``."""
-    errors = source.load(items, out)
+    errors = load(items, out)
     good = [j for j, e in enumerate(errors) if e is None]
     if len(good) < len(errors) and good:
         out[: len(good)] = out[good]

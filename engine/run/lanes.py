@@ -37,8 +37,9 @@ from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
+from warpdeck.engine.run.process_fill import ProcessFill
 from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
-from warpdeck.engine.state.batches import Batch, BatchKey
+from warpdeck.engine.state.batches import Batch, BatchKey, TaskInput
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
 from warpdeck.engine.state.task_states import Phase, StallReason
@@ -89,7 +90,7 @@ class Lane:
 
     def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
                  sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,
-                 fill_workers: int = 1, sink_workers: int = 1) -> None:
+                 fill_workers: int = 1, sink_workers: int = 1, fill_processes: ProcessFill | None = None) -> None:
         self.id = lane_id
         self.batch_size = batch_size
         self.backend = backend
@@ -97,9 +98,14 @@ class Lane:
         self.source = source
         self.sink = sink
         self.plan_for = plan_for
+        #: Where fills run in worker processes (``host.fill_pool = "processes"``): their pool and
+        #: the shared buffers they write. None: fills run on the fill threads themselves.
+        self.fill_processes = fill_processes
         self.streams: StreamSet = backend.streams(lane_id)
         self.streams.resize(Phase.FILL, fill_workers)
         self.streams.resize(Phase.SINK, sink_workers)
+        if fill_processes is not None:
+            fill_processes.resize(fill_workers)
         if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
             depth = max(depth, fill_workers + 2, sink_workers + 2)
         self.ring: list[Slot] = [Slot(i) for i in range(depth)]
@@ -138,7 +144,9 @@ class Lane:
         (sinks) then run at once; the lane still takes their results in batch order."""
         if phase not in HOST_PHASES:
             raise ValueError(f"{phase.name.lower()} is a device phase: it runs in order on one stream")
-        self.streams.resize(phase, workers)
+        workers = self.streams.resize(phase, workers)
+        if phase is Phase.FILL and self.fill_processes is not None:
+            self.fill_processes.resize(workers)  # one worker process per fill thread
 
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
@@ -162,8 +170,9 @@ class Lane:
             a, b, c, d = (buf.holder if not buf.release.done() else -1 for buf in sl.buffers())
             state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
             slots.append(SlotView(sl.index, state, (a, b, c, d)))
+        processes = self.fill_processes.views() if self.fill_processes is not None else ()
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
-                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK))
+                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), processes)
 
     def _next_slot(self) -> Slot:
         slot = self.ring[self._ptr % len(self.ring)]
@@ -177,6 +186,17 @@ class Lane:
             self.reallocations += 1
         b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
         b.cap = nbytes
+
+    def _ensure_shared(self, b: Buffer, nbytes: int, fill: ProcessFill) -> None:
+        """``_ensure`` for a pinned input that worker processes write: shared memory, by name."""
+        if b.cap >= nbytes and b.shared is not None:
+            return
+        if b.cap:
+            self.reallocations += 1
+        if b.shared is not None:
+            fill.release(b.shared)  # free: the batch that last used it is past its h2d
+        b.shared = fill.buffer(nbytes)
+        b.buf, b.cap = b.shared.array, nbytes
 
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -196,6 +216,9 @@ class Lane:
             # landed another batch's values in a Parquet part that way). Jobs already running end
             # as they would have; the rest give up.
             self.streams.abandon()
+            if self.fill_processes is not None:
+                # A fill waiting on a worker would hold the close below for up to its deadline.
+                await asyncio.to_thread(self.fill_processes.stop)
             # Whatever ended the lane, no stream job may wait forever on a release.
             for item in self._inflight.values():
                 free(item.sink_release)
@@ -207,6 +230,8 @@ class Lane:
                 for b in slot.buffers():
                     free(b.release)
             await asyncio.to_thread(self.streams.close)
+            if self.fill_processes is not None:
+                self.fill_processes.close()  # no stream uses a shared buffer any more
 
     async def _front(self) -> None:
         """Take a free slot, then a batch, and queue its fill: the fill stream always has the
@@ -237,7 +262,11 @@ class Lane:
         in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
-        self._ensure(slot.host_in, in_bytes, device=False)
+        processes = self.fill_processes
+        if processes is None:
+            self._ensure(slot.host_in, in_bytes, device=False)
+        else:
+            self._ensure_shared(slot.host_in, in_bytes, processes)
         host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
         slot.newest, slot.newest_phase = batch.id, Phase.FILL
         slot.host_in.holder = batch.id
@@ -245,8 +274,15 @@ class Lane:
         release = pending_marker(Phase.H2D)
         slot.host_in.release = release
         items = batch.items
-        source = self.source
-        fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(source, items, host_in))
+        if processes is None:
+            load = self.source.load
+        else:
+            shared = slot.host_in.shared
+            assert shared is not None
+
+            def load(items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
+                return processes.load(shared, items, out)
+        fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(load, items, host_in))
         release.held_by = (fill_m,)
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
 
@@ -298,7 +334,9 @@ class Lane:
         """Wait for fill; if the device runs dry meanwhile, the batch's tasks are memory-stalled."""
         prev = self._last_compute
         if prev is None or prev.done():
-            await fill_m.wait()
+            # A fill that raised (its worker process died) is read by the caller (``failed``).
+            with contextlib.suppress(Exception):
+                await fill_m.wait()
             return
         fill_w = asyncio.ensure_future(fill_m.wait())
         prev_w = asyncio.ensure_future(prev.wait())

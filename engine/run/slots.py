@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from warpdeck.engine.backends.base import Backend, Marker, NonfiniteCounter, done_marker
+from warpdeck.engine.backends.shared_memory import SharedBuffer
 from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["Buffer", "Slot", "counted_outputs", "output_bytes"]
@@ -24,11 +25,13 @@ _COUNT, _BYTE = np.dtype(np.int32), np.dtype(np.uint8)
 class Buffer:
     """One buffer of a slot: grows (rarely) only while free."""
 
-    __slots__ = ("buf", "cap", "holder", "release")
+    __slots__ = ("buf", "cap", "holder", "release", "shared")
 
     def __init__(self, phase: Phase) -> None:
         self.buf: Any = None
         self.cap = 0
+        #: Where ``buf`` is shared memory a worker process writes: its name there (else None).
+        self.shared: SharedBuffer | None = None
         self.holder = -1
         self.release: Marker = done_marker(phase)
 

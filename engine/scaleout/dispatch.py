@@ -263,7 +263,7 @@ class RayLane:
             host.on_failed(batch, Phase.FILL, exc)
             return None
         inputs = np.empty((len(batch), *batch.key.shape), np.dtype(batch.key.dtype))
-        fill = self.streams.submit(Phase.FILL, lambda: load_rows(self.source, batch.items, inputs))
+        fill = self.streams.submit(Phase.FILL, lambda: load_rows(self.source.load, batch.items, inputs))
         try:
             await fill.wait()
         except Exception as exc:  # noqa: BLE001 - the source itself broke: the batch fails

@@ -36,17 +36,19 @@ class HostThreads:
     now: int
     cap: int
     why: ThreadCap = "tuned"
+    #: Each thread hands its work to a worker process of its own (``[host] fill_pool``).
+    processes: bool = False
 
 
 _ADVICE: dict[ThreadCap, str] = {
-    "tuned": "the tuner is adding {phase} threads",
-    "pinned": "{phase} threads pinned at {now} in the spec ([host] {phase}_workers): raise or remove it",
+    "tuned": "the tuner is adding {phase} {units}",
+    "pinned": "{phase} {units} pinned at {now} in the spec ([host] {phase}_workers): raise or remove it",
     "max": "{phase} at max_workers ({now}): raise [host] max_workers",
     "cpu": "{phase} parallelism at its cap ({cores:g} cores): add cores or a faster {phase}",
-    "saturated": "{phase} does not speed up with threads (CPU- or GIL-bound): a faster {phase}, "
+    "saturated": "{phase} does not speed up with more {units} (CPU- or GIL-bound): a faster {phase}, "
                  "or fewer, larger writes/reads",
-    "memory": "no memory for the slot another {phase} thread needs: raise [feeder] memory_budget_mb",
-    "depth": "the depth set by hand leaves no slot for another {phase} thread: raise it (+)",
+    "memory": "no memory for the slot another {phase} {unit} needs: raise [feeder] memory_budget_mb",
+    "depth": "the depth set by hand leaves no slot for another {phase} {unit}: raise it (+)",
 }
 
 
@@ -62,8 +64,11 @@ def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | 
         return (f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch; {busy}: copies are the bound "
                 "(larger batches, or pinned memory on a GPU)")
     n = threads.now
-    head = f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch on {n} thread{'s' if n != 1 else ''}; {busy}"
-    advice = _ADVICE[threads.why].format(phase=phase, now=n, cores=cores)
+    unit, units = ("process", "processes") if threads.processes else ("thread", "threads")
+    head = f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch on {n} {unit if n == 1 else units}; {busy}"
+    advice = _ADVICE[threads.why].format(phase=phase, now=n, cores=cores, unit=unit, units=units)
+    if phase == "fill" and threads.why == "saturated" and not threads.processes:
+        advice += '; where it holds the GIL, [host] fill_pool = "processes" loads on every core'
     if memory_stall and threads.why == "tuned":
         advice += " (the device waits for inputs meanwhile)"
     return f"{head}; {advice}"

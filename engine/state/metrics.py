@@ -320,7 +320,7 @@ class MetricsAccumulator:
         if i in _HOST:
             ht = first[_HOST[i]] if first is not None else HostThreads(1, 1, "pinned")
             if i == burning and cpu_cap <= caps_now[i] * (1 + 1e-9) and ht.why in ("tuned", "saturated"):
-                ht = HostThreads(ht.now, ht.now, "cpu")  # the cores, not the threads, hold it
+                ht = HostThreads(ht.now, ht.now, "cpu", ht.processes)  # the cores, not the threads, hold it
         text = describe_bottleneck(_PHASE_NAMES[i], float(means[i]) * 1e3, ht, device_busy, cores,
                                    self.stall_s.get("memory", 0.0) > 0)
         return _PHASE_NAMES[i], text

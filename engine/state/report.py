@@ -193,6 +193,9 @@ class RunReport(_Frozen):
     """Mean CPU seconds per batch of each phase's thread."""
     host_threads: dict[str, dict[str, int]] = {}
     """Per lane: the fill and sink threads it ended with."""
+    host_processes: dict[str, list[dict[str, int | float]]] = {}
+    """Per lane whose fills ran in worker processes (``[host] fill_pool``): each worker it ended with,
+    as ``pid``, ``batches`` and ``busy_share`` (of its life spent loading)."""
     phase_clocks: dict[str, str] = {}
     """Which clock timed each phase (host perf_counter, or the device's own events)."""
     tuning: list[str] = []

@@ -37,6 +37,7 @@ __all__ = [
     "EngineSnapshot",
     "EngineStatus",
     "FeederView",
+    "HostProcess",
     "LaneStatus",
     "LaneView",
     "SlotState",
@@ -248,6 +249,18 @@ class LaneView:
     #: Threads loading inputs and writing outputs (engine/run/autotune.py tunes them).
     fill_workers: int = 1
     sink_workers: int = 1
+    #: Where fills run in worker processes (``[host] fill_pool``): each one, one per fill thread.
+    fill_processes: tuple[HostProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcess:
+    """One fill worker process: its pid, the batches it loaded, and the share of its life it spent
+    loading them."""
+
+    pid: int
+    batches: int
+    busy_share: float
 
 
 @dataclass(frozen=True, slots=True)

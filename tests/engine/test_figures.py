@@ -170,3 +170,14 @@ def test_the_rate_is_never_above_its_bound() -> None:
     f = _figures(acc, {0: (HostThreads(1, 1, "pinned"), HostThreads(1, 1, "pinned"))}, cores=1.0)
     assert f.bound_tasks_s >= f.steady_tasks_s > 0
     assert f.overlap_efficiency <= 1.0
+
+
+def test_a_gil_bound_fill_is_offered_processes_and_a_fill_in_processes_says_so() -> None:
+    from warpdeck.engine.state.bottleneck import describe_bottleneck
+
+    on_threads = describe_bottleneck("fill", 40.0, HostThreads(3, 3, "saturated"), 0.4, 2.0)
+    assert "on 3 threads" in on_threads and 'fill_pool = "processes"' in on_threads
+    in_processes = describe_bottleneck("fill", 40.0, HostThreads(2, 2, "saturated", processes=True), 0.4, 2.0)
+    assert "on 2 processes" in in_processes and "fill_pool" not in in_processes
+    sink = describe_bottleneck("sink", 40.0, HostThreads(3, 3, "saturated"), 0.4, 2.0)
+    assert "fill_pool" not in sink

@@ -1,0 +1,378 @@
+"""Warm worker processes that load a batch's rows straight into a shared slot buffer.
+
+The decisions this module protects:
+- Host work that holds the GIL (decoding in Python, tokenising, a user's own ``load``) runs in
+  processes, each with its own interpreter, so it scales with cores the way a DataLoader's workers
+  do; the engine's loop keeps its core.
+- One copy: a worker maps the slot's shared buffer (engine/backends/shared_memory.py) and its loader
+  writes each row in place. What travels back is each item's error (or None) and the CPU the batch
+  cost, never the rows.
+- Workers are started once and stay warm; each unpickles the loader once, so the user's module is
+  imported once per worker. Each is a fresh interpreter (``python -c``, the engine's ``sys.path``
+  handed over): nothing forks the engine's own process, whose threads and CUDA context a fork would
+  copy half-made, and, unlike multiprocessing's spawn and forkserver, no worker runs the user's
+  ``__main__`` again (a script without an ``if __name__ == "__main__"`` guard would start its run
+  once more in every worker). So a loader must live in an importable module, never ``__main__``.
+- A lane's fill thread checks out one idle worker for one batch and waits on its pipe with the GIL
+  released. A worker that dies (SIGKILL, a segfault in a decoder, out of memory) or outlives the
+  deadline fails only the batch it held (``WorkerLost``: its tasks are retried) and is replaced
+  before the next batch.
+- A worker ends when the engine's end of its socket closes, and a watch thread in it ends it when
+  its parent changes (the engine died), so a SIGKILL of the engine leaves no worker running, not
+  even one busy in a long item.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing.connection as mpc
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from warpdeck.engine.backends.shared_memory import attach
+
+__all__ = ["ProcessPool", "RowLoader", "WorkerLost", "WorkerView", "worker_main"]
+
+#: ``loader(handle, row)``: writes one item's input into ``row`` in place (runs in a worker).
+RowLoader = Callable[[Any, npt.NDArray[Any]], None]
+
+#: Buffers a worker keeps mapped (a slot that grew leaves its old buffer behind).
+_MAPPED_MAX = 32
+#: How long a new worker may take to start and import the loader's module.
+_START_S = 120.0
+#: How often a worker looks whether the engine that started it is still there.
+_ORPHAN_POLL_S = 0.5
+
+
+class WorkerLost(RuntimeError):
+    """The worker process loading a batch died or hung; the batch's tasks may be tried again."""
+
+    def __init__(self, pid: int | None, why: str) -> None:
+        super().__init__(f"fill worker process {pid}: {why}")
+        self.pid = pid
+        self.why = why
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One worker as the report and the control room show it."""
+
+    pid: int
+    jobs: int
+    #: Seconds it spent on batches since it started, and its age in seconds.
+    busy_s: float
+    age_s: float
+
+    @property
+    def busy_share(self) -> float:
+        return self.busy_s / self.age_s if self.age_s > 0 else 0.0
+
+
+class _RemoteError(Exception):
+    """An item's error that could not be sent back as itself (not picklable)."""
+
+
+def _portable(exc: BaseException) -> tuple[BaseException | None, str, str]:
+    """What travels back for a failed item: the exception itself when it pickles (an input error
+    stays one: it is not retried), its words, and its traceback as text."""
+    tb = "".join(traceback.format_exception(exc)).rstrip()
+    words = f"{type(exc).__name__}: {exc}"
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - anything that stops it travelling
+        return None, words, tb
+    return exc, words, tb
+
+
+def _revive(sent: tuple[BaseException | None, str, str] | None) -> BaseException | None:
+    if sent is None:
+        return None
+    exc, words, tb = sent
+    err = exc if exc is not None else _RemoteError(words)
+    err.remote_traceback = tb  # type: ignore[attr-defined] # kept with the failed task (records.format_exception)
+    return err
+
+
+def _serve(conn: mpc.Connection) -> None:
+    """A worker's life: unpickle the loader, then load batches until the engine closes the socket."""
+    try:
+        blob = conn.recv_bytes()
+        loader: RowLoader = pickle.loads(blob)
+    except BaseException as exc:  # noqa: BLE001 - said to the engine, which names it
+        with contextlib.suppress(OSError):
+            conn.send(("failed", "".join(traceback.format_exception(exc)).rstrip()))
+        return
+    conn.send(("ready", os.getpid()))
+    mapped: OrderedDict[str, npt.NDArray[np.uint8]] = OrderedDict()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the engine is gone, or let this worker go
+        if msg is None:
+            return
+        where, nbytes, shape, dtype, handles = msg
+        buf = mapped.get(where)
+        if buf is None or buf.size < nbytes:
+            buf = mapped[where] = attach(where, nbytes)
+            while len(mapped) > _MAPPED_MAX:
+                mapped.popitem(last=False)
+        mapped.move_to_end(where)
+        dt = np.dtype(dtype)
+        out = buf[: int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
+        c0 = time.thread_time()
+        errors: list[tuple[BaseException | None, str, str] | None] = []
+        for j, handle in enumerate(handles):
+            try:
+                loader(handle, out[j])
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 - each item fails alone
+                errors.append(_portable(exc))
+        try:
+            conn.send((errors, time.thread_time() - c0))
+        except (EOFError, OSError):
+            return
+
+
+def _orphan_watch(parent: int) -> None:
+    """In a worker: end the process once its parent (the engine) is gone, even mid-item."""
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_POLL_S)
+    os._exit(3)
+
+
+def worker_main(fd: int, parent: int, path_json: str) -> None:
+    """A worker process's entry (``python -c``): the engine's ``sys.path``, the watch, then serve."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle: it stops the pool
+    sys.path[:0] = [p for p in json.loads(path_json) if p not in sys.path]
+    threading.Thread(target=_orphan_watch, args=(parent,), name="orphan-watch", daemon=True).start()
+    _serve(mpc.Connection(fd))
+
+
+#: A worker's program: ``python -c _BOOT FD PARENT_PID SYS_PATH_JSON``.
+_BOOT = ("import sys; from warpdeck.engine.backends.process_pool import worker_main; "
+         "worker_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+
+
+class _Worker:
+    def __init__(self, blob: bytes, name: str) -> None:
+        mine, theirs = socket.socketpair()
+        fd = theirs.fileno()
+        # The engine's sys.path reaches the worker first in its PYTHONPATH (so ``warpdeck`` imports
+        # whatever way the engine found it), then in full once it runs.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, str(fd), str(os.getpid()), json.dumps(sys.path)],
+            pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        theirs.close()  # the worker's end lives in the worker only: its death reads as end of file here
+        self.conn = mpc.Connection(mine.detach())
+        self.conn.send_bytes(blob)
+        self.name = name
+        self.pid: int | None = self.proc.pid
+        self.ready = False
+        self.jobs = 0
+        self.busy_s = 0.0
+        self.born = time.perf_counter()
+
+    def view(self) -> WorkerView:
+        return WorkerView(self.pid or 0, self.jobs, self.busy_s, time.perf_counter() - self.born)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def join(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(max(0.0, timeout))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.join(timeout)
+        if self.alive():
+            self.proc.kill()
+            self.join(timeout)
+        self.conn.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.join(5.0)
+        self.conn.close()
+
+    def ended(self) -> str:
+        """How a worker that stopped answering ended, in words."""
+        self.join(1.0)
+        code = self.proc.returncode
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exited with status {code}"
+
+
+class ProcessPool:
+    """``workers`` warm processes running ``loader``; ``load`` hands one a batch."""
+
+    def __init__(self, name: str, loader: RowLoader, workers: int = 1, deadline_s: float = 300.0) -> None:
+        try:
+            self._blob = pickle.dumps(loader)
+        except Exception as exc:
+            raise ValueError(f"the loader {loader!r} cannot be sent to a worker process "
+                             f"({type(exc).__name__}: {exc}): make it a module-level function") from exc
+        self.name = name
+        self.deadline_s = deadline_s
+        module = getattr(loader, "__module__", None) or type(loader).__module__
+        if module == "__main__":
+            raise ValueError(f"the loader {loader!r} is defined in __main__, which a worker process does not run: "
+                             "define it in a module")
+        self._size = max(1, int(workers))
+        self._lock = threading.Lock()
+        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()  # None: closed
+        self._workers: list[_Worker] = []
+        self._started = 0
+        self._closed = False
+        #: Workers that died or hung and were replaced.
+        self.replaced = 0
+        #: Each replaced worker's pid and how it ended, newest last (the report names them).
+        self.losses: list[tuple[int, str]] = []
+
+    @property
+    def workers(self) -> int:
+        return self._size
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [w.pid for w in self._workers if w.pid]
+
+    def views(self) -> tuple[WorkerView, ...]:
+        with self._lock:
+            return tuple(w.view() for w in self._workers)
+
+    def resize(self, workers: int) -> int:
+        """Run ``workers`` processes from now on: new ones start at once (once the pool has started);
+        surplus ones stop when they next come back idle."""
+        with self._lock:
+            self._size = max(1, int(workers))
+            if self._workers and not self._closed:
+                self._staff()
+        return self._size
+
+    def start(self) -> None:
+        """Start the workers now rather than with the first batch."""
+        with self._lock:
+            if not self._closed:
+                self._staff()
+
+    def _staff(self) -> None:
+        while len(self._workers) < self._size:
+            self._started += 1
+            w = _Worker(self._blob, f"{self.name}-{self._started}")
+            self._workers.append(w)
+            self._idle.put(w)
+
+    def load(self, where: str, nbytes: int, shape: Sequence[int], dtype: np.dtype[Any],
+             handles: Sequence[Any]) -> tuple[list[BaseException | None], float]:
+        """Have one worker load ``handles[j]`` into row j of the buffer at ``where`` (``nbytes``,
+        seen as ``shape``/``dtype``); each item's error (or None), and the CPU seconds it took.
+        Blocks (a fill thread): waits for an idle worker, then for its answer."""
+        w = self._checkout()
+        t0 = time.perf_counter()
+        try:
+            w.conn.send((where, nbytes, tuple(shape), np.dtype(dtype).str, list(handles)))
+            answer = self._answer(w, self.deadline_s)
+        except (EOFError, OSError, WorkerLost) as exc:
+            why = exc.why if isinstance(exc, WorkerLost) else w.ended()
+            self._replace(w, why)
+            raise WorkerLost(w.pid, why) from None
+        w.jobs += 1
+        w.busy_s += time.perf_counter() - t0
+        self._checkin(w)
+        errors, cpu = answer
+        return [_revive(e) for e in errors], float(cpu)
+
+    def _answer(self, w: _Worker, timeout: float) -> Any:
+        if not w.conn.poll(timeout):
+            w.kill()
+            raise WorkerLost(w.pid, f"no answer after {timeout:g} s: hung, killed")
+        return w.conn.recv()
+
+    def _checkout(self) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: the pool is closed")
+            if not self._workers:
+                self._staff()
+        w = self._idle.get()
+        if w is None:  # closed while waiting: wake the next waiter too
+            self._idle.put(None)
+            raise RuntimeError(f"{self.name}: the pool is closed")
+        if not w.ready:
+            try:
+                said = self._answer(w, _START_S)
+            except (EOFError, OSError, WorkerLost) as exc:
+                why = exc.why if isinstance(exc, WorkerLost) else w.ended()
+                self._replace(w, f"did not start: {why}")
+                raise WorkerLost(w.pid, f"did not start: {why}") from None
+            if said[0] != "ready":
+                self._replace(w, "could not load the loader")
+                raise WorkerLost(w.pid, f"could not load the loader:\n{said[1]}")
+            w.ready = True
+        return w
+
+    def _checkin(self, w: _Worker) -> None:
+        with self._lock:
+            surplus = len(self._workers) > self._size or self._closed
+            if surplus:
+                self._workers.remove(w)
+        if surplus:
+            w.stop()
+        else:
+            self._idle.put(w)
+
+    def _replace(self, w: _Worker, why: str) -> None:
+        if w.alive():
+            w.kill()
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        with self._lock:
+            if w in self._workers:
+                self._workers.remove(w)
+            self.replaced += 1
+            self.losses.append((w.pid or 0, why))
+            if not self._closed:
+                self._staff()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every worker (those busy are killed after ``timeout``); safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+        self._idle.put(None)  # a fill thread waiting for a worker gives up
+        for w in workers:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        deadline = time.monotonic() + timeout
+        for w in workers:
+            w.join(deadline - time.monotonic())
+            if w.alive():
+                w.proc.kill()
+                w.join(timeout)
+            w.conn.close()

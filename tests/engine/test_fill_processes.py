@@ -1,0 +1,207 @@
+"""Fill in worker processes (issue 31): each batch's rows written in place by a warm worker process
+into the slot's shared memory; a worker's death or hang costs only its batch's current attempt.
+
+Real processes, real shared memory, real signals: the only fake is the loader (tests/support/wd_fill.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from wd_wait import until
+
+from warpdeck.engine.api import Engine, SpecError, parse_spec
+from warpdeck.engine.backends.shared_memory import ARENA_PREFIX, default_root
+
+ROW = (4, 8)
+
+
+def spec(load: str = "wd_fill:load_stamp", items: str = "wd_fill:items", workers: int = 2, **host: Any) -> Any:
+    return parse_spec({
+        "name": "fill-procs", "backend": "numpy", "batch_size": 16,
+        "source": {"kind": "items", "items": items, "load": load, "shape": list(ROW), "dtype": "float64"},
+        "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:add_one"}],
+        "retry": {"max_attempts": 3},
+        "host": {"fill_pool": "processes", "fill_workers": workers, **host}})
+
+
+class Counting:
+    """A sink that keeps every output and counts each key's writes."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, np.ndarray] = {}
+        self.writes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def write(self, key: str, arr: np.ndarray) -> None:
+        with self._lock:
+            self.out[key] = np.array(arr)
+            self.writes[key] = self.writes.get(key, 0) + 1
+
+
+def _arenas() -> set[str]:
+    return {p.name for p in default_root().iterdir() if p.name.startswith(ARENA_PREFIX)}
+
+
+async def test_each_batch_is_loaded_in_a_worker_process_straight_into_the_slot() -> None:
+    before = _arenas()
+    sink = Counting()
+    async with Engine(spec(), sink=sink) as eng:
+        report = await eng.wait()
+    assert report.status == "finished" and report.counts.done == 320
+    pids = {int(a.reshape(-1)[0]) - 1 for a in sink.out.values()}  # the stage added one
+    assert len(pids) == 2 and os.getpid() not in pids  # two workers, neither of them the engine
+    for key, arr in sink.out.items():
+        assert (arr.reshape(-1)[1:] == int(key[1:]) + 1).all()
+    assert set(sink.writes.values()) == {1}
+    assert _arenas() == before  # the lane removed its shared buffers
+    workers = report.host_processes["0"]  # the report names each worker, as the lane timeline counts them
+    assert {int(w["pid"]) for w in workers} == pids
+    assert sum(int(w["batches"]) for w in workers) == 320 // 16
+    assert all(0 < w["busy_share"] <= 1 for w in workers)
+
+
+async def test_an_item_that_raises_fails_alone_with_its_own_traceback() -> None:
+    sink = Counting()
+    async with Engine(spec("wd_fill:load_failing"), sink=sink) as eng:
+        report = await eng.wait()
+        bad = eng.task_detail("t00007")
+        unusable = eng.task_detail("t00013")
+    assert report.counts.done == 318 and report.counts.failed == 2
+    assert "t00007" not in sink.out and "t00006" in sink.out and "t00008" in sink.out
+    assert bad is not None and bad.attempt == 3  # a ValueError may pass next time: retried
+    assert "bad record 7" in bad.error and 'wd_fill.py", line' in bad.traceback  # the worker's own frames
+    assert unusable is not None and unusable.attempt == 1  # an InputError is not retried
+    assert "checksum mismatch" in unusable.error
+
+
+async def test_a_handle_that_cannot_be_pickled_fails_its_item_with_the_reason() -> None:
+    sink = Counting()
+    async with Engine(spec(items="wd_fill:items_with_a_lock"), sink=sink) as eng:
+        report = await asyncio.wait_for(eng.wait(), 60)
+        detail = eng.task_detail("t00003")
+    assert report.counts.done == 319 and report.counts.failed == 1
+    assert detail is not None and "cannot be sent to a fill worker process" in detail.error
+    assert "lock" in detail.error
+
+
+def test_a_source_that_loads_in_the_engine_cannot_be_given_processes() -> None:
+    with pytest.raises(SpecError, match="a synthetic source loads in the engine's process"):
+        parse_spec({"name": "x", "source": {"kind": "synthetic", "count": 4, "shape": [2]},
+                    "stages": [{"fn": "wd_stages:double"}], "host": {"fill_pool": "processes"}})
+
+
+@pytest.mark.parametrize("trial", range(20))
+async def test_a_worker_killed_mid_batch_loses_nothing_and_writes_nothing_twice(tmp_path: Path, trial: int) -> None:
+    rng = random.Random(trial)
+    parquet = trial % 2 == 1
+    s = spec("wd_fill:load_slow")
+    if parquet:
+        s = s.model_copy(update={"sink": parse_spec({
+            "name": "p", "source": {"kind": "synthetic", "count": 1, "shape": [1]},
+            "sink": {"kind": "parquet", "path": str(tmp_path / "out")},
+            "stages": [{"fn": "wd_stages:double"}]}).sink})
+    sink = None if parquet else Counting()
+    killed: list[int] = []
+    async with Engine(s, sink=sink, run_dir=tmp_path / "run") as eng:
+        pool = eng.state.lanes[0].fill_processes.pool  # type: ignore[attr-defined]
+        await until(lambda: len(pool.pids()) == 2, 30, "two workers")
+        await asyncio.sleep(rng.uniform(0.05, 0.6))
+        victim = rng.choice(pool.pids())
+        os.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+        await until(lambda: pool.replaced >= 1 and len(pool.pids()) == 2 and victim not in pool.pids(), 30,
+                    "the pool replaced the killed worker")
+        report = await eng.wait()
+    assert report.counts.done == 320 and report.counts.failed == 0
+    assert any(v == killed[0] and "SIGKILL" in why for v, why in pool.losses)
+    if parquet:
+        keys = [k for part in sorted((tmp_path / "out").glob("part-*.parquet"))
+                for k in pq.read_table(part).column("key").to_pylist()]
+        assert len(keys) == 320 and len(set(keys)) == 320
+    else:
+        assert sink is not None and len(sink.out) == 320 and set(sink.writes.values()) == {1}
+        for key, arr in sink.out.items():
+            assert (arr.reshape(-1)[1:] == int(key[1:]) + 1).all()
+
+
+async def test_a_worker_past_its_deadline_is_killed_and_its_batch_tried_again(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WD_FILL_MARKS", str(tmp_path))
+    sink = Counting()
+    t = time.monotonic()
+    async with Engine(spec("wd_fill:load_hang_once", process_deadline_s=1.0), sink=sink) as eng:
+        report = await asyncio.wait_for(eng.wait(), 60)
+        pool = eng.state.lanes[0].fill_processes.pool  # type: ignore[attr-defined]
+        detail = eng.task_detail("t00005")
+    assert report.counts.done == 320 and time.monotonic() - t < 30
+    hung_pid = int((tmp_path / "hung").read_text())
+    assert any(pid == hung_pid and "hung, killed" in why for pid, why in pool.losses)
+    assert detail is not None and detail.state == "done" and detail.attempt == 2
+
+
+def test_a_sigkilled_engine_leaves_no_worker_and_its_memory_is_reaped(tmp_path: Path) -> None:
+    program = textwrap.dedent("""
+        import asyncio, sys
+        sys.path.insert(0, sys.argv[1])
+        from warpdeck.engine.api import Engine, parse_spec
+        spec = parse_spec({"name": "orphans", "backend": "numpy", "batch_size": 8,
+            "source": {"kind": "items", "items": "wd_fill:items", "load": "wd_fill:load_slow", "shape": [4]},
+            "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:add_one"}],
+            "host": {"fill_pool": "processes", "fill_workers": 2}})
+        async def main():
+            async with Engine(spec) as eng:
+                pool = eng.state.lanes[0].fill_processes.pool
+                while len(pool.pids()) < 2 or eng.state.lanes[0].fill_processes._arena is None:
+                    await asyncio.sleep(0.01)
+                print(*pool.pids(), eng.state.lanes[0].fill_processes._arena.path, flush=True)
+                await asyncio.sleep(600)
+        asyncio.run(main())
+    """)
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    env = {**os.environ, "WD_FILL_COUNT": "100000"}
+    with subprocess.Popen([sys.executable, "-c", program, support], stdout=subprocess.PIPE, text=True,
+                          env=env) as engine:
+        try:
+            *pids, arena = engine.stdout.readline().split()  # type: ignore[union-attr]
+        finally:
+            engine.kill()
+            engine.wait(30)
+    workers = [int(p) for p in pids]
+    assert len(workers) == 2 and Path(arena).is_dir()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in workers), "a worker outlived the engine"
+    from warpdeck.engine.backends.shared_memory import SharedArena
+
+    fresh = SharedArena(label="next-start")
+    try:
+        assert Path(arena) in fresh.reaped and not Path(arena).exists()
+    finally:
+        fresh.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped by its parent, here init) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
