@@ -170,6 +170,12 @@ _BOOT = ("import sys; from warpdeck.engine.backends.process_pool import worker_m
          "worker_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
 
 
+@dataclass(frozen=True, slots=True)
+class _StartFailed:
+    pid: int | None
+    why: str
+
+
 class _Worker:
     def __init__(self, blob: bytes, name: str) -> None:
         mine, theirs = socket.socketpair()
@@ -230,6 +236,10 @@ class ProcessPool:
     """``workers`` warm processes running ``loader``; ``load`` hands one a batch."""
 
     def __init__(self, name: str, loader: RowLoader, workers: int = 1, deadline_s: float = 300.0) -> None:
+        module = getattr(loader, "__module__", None) or type(loader).__module__
+        if module == "__main__":
+            raise ValueError(f"the loader {loader!r} is defined in __main__, which a worker process does not run: "
+                             "define it in a module")
         try:
             self._blob = pickle.dumps(loader)
         except Exception as exc:
@@ -237,13 +247,10 @@ class ProcessPool:
                              f"({type(exc).__name__}: {exc}): make it a module-level function") from exc
         self.name = name
         self.deadline_s = deadline_s
-        module = getattr(loader, "__module__", None) or type(loader).__module__
-        if module == "__main__":
-            raise ValueError(f"the loader {loader!r} is defined in __main__, which a worker process does not run: "
-                             "define it in a module")
         self._size = max(1, int(workers))
         self._lock = threading.Lock()
-        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()  # None: closed
+        #: Started workers free for a batch; a failed start; None: closed.
+        self._idle: queue.SimpleQueue[_Worker | _StartFailed | None] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
         self._started = 0
         self._closed = False
@@ -279,12 +286,34 @@ class ProcessPool:
             if not self._closed:
                 self._staff()
 
+    @property
+    def warming(self) -> bool:
+        """Whether a worker is still starting (a tuner judging the pool's size waits for it)."""
+        with self._lock:
+            return any(not w.ready for w in self._workers)
+
     def _staff(self) -> None:
         while len(self._workers) < self._size:
             self._started += 1
             w = _Worker(self._blob, f"{self.name}-{self._started}")
             self._workers.append(w)
+            threading.Thread(target=self._await_ready, args=(w,), name=f"{w.name}-start", daemon=True).start()
+
+    def _await_ready(self, w: _Worker) -> None:
+        """A new worker joins the idle ones once it has started and loaded the loader, so a batch
+        never waits for an interpreter to start while a started worker is free, and the time a
+        start takes is never counted as loading. A start that fails is said to the next batch."""
+        try:
+            said = self._answer(w, _START_S)
+            why = "" if said[0] == "ready" else f"could not load the loader:\n{said[1]}"
+        except (EOFError, OSError, WorkerLost) as exc:
+            why = f"did not start: {exc.why if isinstance(exc, WorkerLost) else w.ended()}"
+        if not why:
+            w.ready = True
             self._idle.put(w)
+            return
+        self._replace(w, why, restart=False)  # restarted by the batch that hears of it, not in a loop
+        self._idle.put(_StartFailed(w.pid, why))
 
     def load(self, where: str, nbytes: int, shape: Sequence[int], dtype: np.dtype[Any],
              handles: Sequence[Any]) -> tuple[list[BaseException | None], float]:
@@ -322,17 +351,11 @@ class ProcessPool:
         if w is None:  # closed while waiting: wake the next waiter too
             self._idle.put(None)
             raise RuntimeError(f"{self.name}: the pool is closed")
-        if not w.ready:
-            try:
-                said = self._answer(w, _START_S)
-            except (EOFError, OSError, WorkerLost) as exc:
-                why = exc.why if isinstance(exc, WorkerLost) else w.ended()
-                self._replace(w, f"did not start: {why}")
-                raise WorkerLost(w.pid, f"did not start: {why}") from None
-            if said[0] != "ready":
-                self._replace(w, "could not load the loader")
-                raise WorkerLost(w.pid, f"could not load the loader:\n{said[1]}")
-            w.ready = True
+        if isinstance(w, _StartFailed):
+            with self._lock:
+                if not self._closed:
+                    self._staff()
+            raise WorkerLost(w.pid, w.why)
         return w
 
     def _checkin(self, w: _Worker) -> None:
@@ -345,7 +368,7 @@ class ProcessPool:
         else:
             self._idle.put(w)
 
-    def _replace(self, w: _Worker, why: str) -> None:
+    def _replace(self, w: _Worker, why: str, restart: bool = True) -> None:
         if w.alive():
             w.kill()
         with contextlib.suppress(OSError):
@@ -355,7 +378,7 @@ class ProcessPool:
                 self._workers.remove(w)
             self.replaced += 1
             self.losses.append((w.pid or 0, why))
-            if not self._closed:
+            if restart and not self._closed:
                 self._staff()
 
     def close(self, timeout: float = 5.0) -> None:

@@ -261,6 +261,11 @@ class Dispatcher:
         ok = [r for r in recs if r.ok]
         if len(ok) < _TUNE_MIN_RECORDS:
             return
+        warming = getattr(lane, "warming", None)
+        if warming is not None and warming():
+            # Fill worker processes still starting: this window measured fewer than the tuner set,
+            # so it would take back workers that never ran. The next window judges.
+            return
         s = self.s
         wall, cpu = time.perf_counter(), time.process_time()
         w0, c0 = self._tune_clock.get(lane.id, (self.t0, 0.0))

@@ -148,6 +148,10 @@ class Lane:
         if phase is Phase.FILL and self.fill_processes is not None:
             self.fill_processes.resize(workers)  # one worker process per fill thread
 
+    def warming(self) -> bool:
+        """Whether a fill worker process is still starting (``Dispatcher`` waits to tune then)."""
+        return self.fill_processes is not None and self.fill_processes.warming
+
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
         it may raise ``RuntimeError`` if the lane changed it meanwhile; the caller retries later)."""
@@ -201,6 +205,8 @@ class Lane:
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Process batches until the host has none; then wait for every batch in flight."""
+        if self.fill_processes is not None:
+            self.fill_processes.start()  # interpreters start while the first batch is formed
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._front(), name=f"lane{self.id}-front")

@@ -56,6 +56,15 @@ class ProcessFill:
     def resize(self, workers: int) -> None:
         self.pool.resize(workers)
 
+    def start(self) -> None:
+        """Start the workers now (a lane about to run): the first batch waits for one start only."""
+        self.pool.start()
+
+    @property
+    def warming(self) -> bool:
+        """A worker is still starting: the tuner does not judge the fill's size meanwhile."""
+        return self.pool.warming
+
     def views(self) -> tuple[HostProcess, ...]:
         """Each worker as the snapshot shows it."""
         return tuple(HostProcess(w.pid, w.jobs, w.busy_share) for w in self.pool.views())

@@ -74,3 +74,17 @@ def load_python(i: int, row: np.ndarray) -> None:
         h = (h * 31 + k) % 1_000_003
     stamp(i, row)
     row.reshape(-1)[1] = h
+
+
+def _explode() -> None:
+    raise RuntimeError("the loader's module cannot start here")
+
+
+class LoaderThatCannotStart:
+    """Pickles, but fails to unpickle: a worker that cannot load the loader."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_explode, ())
+
+    def __call__(self, handle: Any, row: np.ndarray) -> None:  # pragma: no cover - never reached
+        stamp(handle, row)
