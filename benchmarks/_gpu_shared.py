@@ -209,3 +209,62 @@ def shared_part(cp: Any, ceil: dict[str, Any], batches: int, quick: bool) -> dic
             backend.close()
         out["engine"] = engine_runs(cp, arena, ceil, batches)
     return out
+
+
+class _Sample:
+    """A sink that keeps every 97th output (to check) and counts the rest."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, np.ndarray] = {}
+        self.count = 0
+
+    def write(self, key: str, arr: np.ndarray) -> None:
+        self.count += 1
+        if int(key[-8:]) % 97 == 0:
+            self.kept[key] = np.array(arr)
+
+
+def fill_processes(lines: int, workers: tuple[int | None, ...] = (None, 8), backend: str = "cupy") -> dict[str, Any]:
+    """The tokens example (pure-Python tokenising per line) on CuPy: fills on threads against fills
+    in worker processes writing registered shared slots; the vectors checked against the example's
+    own float64 reference on every 97th line."""
+    import asyncio  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from warpdeck.engine.api import Engine, load_spec  # noqa: PLC0415
+    from warpdeck.examples import tokens  # noqa: PLC0415
+
+    out: dict[str, Any] = {"lines": lines}
+    with tempfile.TemporaryDirectory() as tmp:
+        text = tokens.make_lines(Path(tmp) / "lines.txt", lines, seed=int(time.time()) % 1000)
+        all_lines = text.read_text(encoding="utf-8").splitlines()
+        base = load_spec(Path(__file__).resolve().parents[1] / "examples" / "tokens-lines.toml")
+        for pool in ("threads", "processes"):
+            for n in workers:
+                host = base.host.model_copy(update={"fill_pool": pool, "fill_workers": n})
+                spec = base.model_copy(update={
+                    "backend": backend, "host": host,
+                    "source": base.source.model_copy(update={"options": {"path": str(text)}})})
+                sink = _Sample()
+
+                async def go(spec: Any = spec, sink: _Sample = sink) -> Any:
+                    async with Engine(spec, sink=sink) as eng:
+                        return await eng.wait()
+
+                t = time.perf_counter()
+                report = asyncio.run(go())
+                wall = time.perf_counter() - t
+                worst = max(float(np.abs(v - tokens.reference(all_lines[int(k[-8:])])).max())
+                            for k, v in sink.kept.items())
+                label = f"{pool}-{n or 'tuned'}"
+                out[label] = {"tasks_s": report.counts.done / wall, "steady_tasks_s": report.steady_tasks_s,
+                              "done": report.counts.done, "failed": report.counts.failed,
+                              "device_busy": report.device_busy, "bottleneck": report.bottleneck,
+                              "host_threads": report.host_threads, "host_processes": report.host_processes,
+                              "checked": len(sink.kept), "max_abs_error": worst,
+                              "mean_phase_ms": {k: v * 1e3 for k, v in report.mean_phase_s.items()}}
+                print(f"[fill] {label}: {out[label]['tasks_s']:.0f} lines/s (steady {report.steady_tasks_s:.0f}), "
+                      f"done {report.counts.done}, checked {len(sink.kept)} max error {worst:.2e}; "
+                      f"{report.bottleneck}", flush=True)
+    return out

@@ -10,6 +10,9 @@ Needs a CUDA device, CuPy and PyTorch (with CUDA). Parts, in this order (``--par
             registration's cost, two spawned processes writing a slot the card then reads (compared
             with their seeds), and the engine's balanced run with every host slot shared and
             registered against the engine as it is (benchmarks/_gpu_shared.py)
+  fill      the tokens example (each line tokenised in pure Python by a user load function) on CuPy:
+            fills on threads against fills in worker processes writing registered shared slots, tuned
+            and at 8; every 97th line's vector checked against the example's float64 reference
   figures   three workloads, each a float32 (256, 1024) task (1 MiB) in batches of 64 (64 MiB in and
             64 MiB out per batch) and a kernel calibrated to a share of one batch's copy time:
               transfer-bound  compute 0.25x the copy      balanced  compute 1x the copy
@@ -67,7 +70,8 @@ import _gpu_work
 import numpy as np
 from _common import print_table, verdict, write_json
 
-PARTS = ("env", "ceilings", "shared", "figures", "scaling", "loop", "correct", "nvml", "trace", "tests", "advise")
+PARTS = ("env", "ceilings", "shared", "fill", "figures", "scaling", "loop", "correct", "nvml", "trace", "tests",
+         "advise")
 BATCH = 64
 #: Compute time per batch as a share of one batch's copy time, per workload.
 WORKLOADS = {"transfer-bound": 0.25, "balanced": 1.0, "compute-bound": 3.0}
@@ -387,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, help="batches per runner (default 300, --quick 80)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-out"))
     ap.add_argument("--json", metavar="PATH", help="also save the figures here (benchmarks' common format)")
+    ap.add_argument("--fill-workers", default="tuned,8",
+                    help="the fill part's worker counts, comma-separated ('tuned': the tuner's)")
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="start no part after this many seconds (a lease's time is short: the table still prints)")
     args = ap.parse_args(argv)
@@ -424,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         "env": lambda: env_part(cp),
         "ceilings": lambda: ceilings(cp, (256 if args.quick else 1024) << 20, BATCH << 20, 10 if args.quick else 20),
         "shared": lambda: _gpu_shared.shared_part(cp, res["ceilings"], batches, args.quick),
+        "fill": lambda: _gpu_shared.fill_processes(
+            20_000 if args.quick else 100_000,
+            tuple(None if w == "tuned" else int(w) for w in args.fill_workers.split(","))),
         "figures": lambda: figures(cp, res["ceilings"], batches, args.out),
         "scaling": lambda: scaling(cp, res["ceilings"], min(batches, 200)),
         "loop": lambda: loop_part(cp, res["ceilings"], batches),

@@ -254,6 +254,8 @@ class ProcessPool:
         self._workers: list[_Worker] = []
         self._started = 0
         self._closed = False
+        #: When the newest worker finished starting (``time.perf_counter``; 0: none yet).
+        self.ready_at = 0.0
         #: Workers that died or hung and were replaced.
         self.replaced = 0
         #: Each replaced worker's pid and how it ended, newest last (the report names them).
@@ -310,6 +312,7 @@ class ProcessPool:
             why = f"did not start: {exc.why if isinstance(exc, WorkerLost) else w.ended()}"
         if not why:
             w.ready = True
+            self.ready_at = time.perf_counter()
             self._idle.put(w)
             return
         self._replace(w, why, restart=False)  # restarted by the batch that hears of it, not in a loop

@@ -6,7 +6,8 @@ The decisions this module protects:
 - When the device idles, the host phase slowest per thread (its mean time over its threads) gets
   threads while they get through fewer than 1.25x compute's batches per second (a heavy-tailed
   load whose mean equals compute's needs a second thread to get ahead of its tail): as many as
-  would, at most twice as many as it has, within the CPU budget. A thread of a phase that burns
+  would: the first time a phase grows, all of them at once (a run converges in one trial); later,
+  at most twice as many as it has; within the CPU budget. A thread of a phase that burns
   CPU (decoding) costs a core, one that waits (I/O, sleep) almost none, measured as its CPU time
   over its wall time; since that undercounts a thread waiting for a core or the GIL, a burning
   phase also needs the whole process to have cores spare. Less than a thread's share spare still
@@ -16,8 +17,9 @@ The decisions this module protects:
   Otherwise the device waits for jitter, which a deeper ring absorbs (``DepthTuner``), or for the
   engine itself, which nothing here fixes.
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
-  least 10 % faster, a deeper ring if the device idles at least 20 % less; else the change is
-  taken back and not tried again on that lane (threads of a CPU- or GIL-bound phase wait for each
+  least 10 % faster (a jump that sped it up far less than its threads is trimmed to the threads
+  that gain needs, and the phase grows no more), a deeper ring if the device idles at least 20 %
+  less; else the change is taken back and not tried again on that lane (threads of a CPU- or GIL-bound phase wait for each
   other, and their CPU time alone looks like waiting). A count the spec pins is never changed.
 - Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
   the tests drive it with a model of a pipeline and a controlled clock.
@@ -46,19 +48,28 @@ _HOST = (Phase.FILL, Phase.SINK)
 _MARGIN = 1.25
 #: Threads on trial stay if the phase then gets through at least this much more per second.
 _TRIAL_GAIN = 1.1
+#: A jump of threads that sped the phase up by less than this share of its threads is trimmed.
+_SCALING = 0.8
 #: A deeper ring stays if the device then idles at most this share of what it idled before.
 _DEPTH_GAIN = 0.8
 #: A window spans at least this long; one that judges a trial, this long.
 _WINDOW_S = 0.1
 _TRIAL_S = 0.3
+#: Batches of a lane's first window: its first (warm-up: a model built, modules imported) is left
+#: out, the other four measured.
+_FIRST_WINDOW = 5
 #: A thread using at least this share of a core burns CPU: it needs a core the process has spare.
 _BURNS = 0.3
+#: Host threads running at least this share of the window count as always running.
+_MOSTLY = 0.5
 #: Spare cores below a whole thread's share still buy one thread on trial, when the budget is the
 #: whole machine and at least this much of a core is spare: a core left idle while the device
 #: waits is wasted, the kernel shares the cores among the threads, and the trial keeps the thread
 #: only if the phase got faster. (Measured on a 2-core VM, images decoded for a CPU-torch CNN: the
-#: compute thread busy 45 % of a core left 0.5 spare, one fill thread; two ran 1.36x faster.)
-_SPARE_MIN = 0.25
+#: compute thread busy 45 % of a core left 0.5 spare, one fill thread; two ran 1.36x faster. Issue
+#: 31: the same run later measured 0.2 spare, so 0.25 held the fill at one thread, 484 images/s,
+#: where two pinned ran 625, level with the best DataLoader.)
+_SPARE_MIN = 0.1
 
 
 def default_cores() -> float:
@@ -233,6 +244,16 @@ class Autotuner:
     def window(self) -> int:
         return self.depth.window
 
+    def batches_for(self, lane: int) -> int:
+        """Batches the lane's next window holds: few before its first decision (a short run is
+        over before a full window: issue 31 measured 16 batches of images, half of them run on
+        one thread while the first window filled), the tuner's window after."""
+        return _FIRST_WINDOW if lane not in self.cores_by_lane else self.window
+
+    def first_decision(self, lane: int) -> bool:
+        """No decision was made for ``lane`` yet (its window still holds its first batch)."""
+        return lane not in self.cores_by_lane
+
     @property
     def decisions(self) -> list[TunerDecision]:
         return self.depth.decisions
@@ -301,6 +322,16 @@ class Autotuner:
         mean = w.mean_s[phase - 1]
         after = have / mean if mean > 0 else 0.0
         if after >= _TRIAL_GAIN * before:
+            gain = after / before if before > 0 else 0.0
+            if have > 2 * had and gain < _SCALING * have / had:
+                # A jump that helped, but far less than its threads: the phase stops scaling near
+                # the gain (a GIL or the cores). Trim to the threads that gain needs; grow no more.
+                trimmed = min(have, max(had + 1, math.ceil(had * gain - 0.05)))
+                self.saturated.add((lane, phase))
+                self.decisions.append(TunerDecision(
+                    lane, now.depth, w.device_idle,
+                    f"{phase.name.lower()} {trimmed} threads: {have} ran only {gain:.2g}x faster than {had}"))
+                return _with(now, phase, trimmed)
             return None
         self.saturated.add((lane, phase))
         self.held.pop((lane, phase), None)
@@ -313,8 +344,14 @@ class Autotuner:
 
     def _lane_cores(self, s: LaneSettings, w: Window) -> float:
         """Cores the lane keeps busy: its host threads as if always running (the budget's worst
-        case), its device phases' threads as measured (on NumPy compute burns a core)."""
-        host = sum(s.workers(p) * w.cpu_share(p) for p in _HOST)
+        case) where they run most of the time, else as measured (a sink that writes for 1 % of the
+        window does not hold a core: counted whole, it kept a GIL-bound fill in processes at one
+        worker on 2 cores); its device phases' threads as measured (on NumPy compute burns a core)."""
+        host = 0.0
+        for p in _HOST:
+            i, n = p - 1, s.workers(p)
+            running = min(float(n), w.busy_s[i] / w.span_s[i]) if w.span_s[i] > 0 else float(n)
+            host += w.cpu_share(p) * (n if running >= _MOSTLY * n else running)
         dev = sum(w.cpu_share(p) * min(1.0, w.busy_s[p - 1] / w.span_s[p - 1])
                   for p in RUN_PHASES if p not in _HOST and w.span_s[p - 1] > 0)
         return host + dev
@@ -328,11 +365,14 @@ class Autotuner:
             self._hold(key, "max", now.depth, idle, f"{name} at max_workers ({self.max_workers})")
             return None
         share = w.cpu_share(phase)
-        # As many threads as keep up with compute (its mean over this phase's per batch), at most
-        # twice as many as now: a phase that stops scaling is caught within a step or two.
+        # As many threads as keep up with compute (its mean over this phase's per batch). The first
+        # step jumps there at once (a run converges in one trial, not log2(need) of them); later
+        # steps at most double: a phase that stops scaling is caught within a step or two, and a
+        # first jump that did not help is taken back whole by its trial.
         compute = w.mean_s[_COMPUTE]
         need = math.ceil(_MARGIN * w.mean_s[phase - 1] / compute - 1e-9) if compute > 0 else have + 1
-        want = max(have + 1, min(need, 2 * have, self.max_workers))
+        step = need if key not in self.peak else 2 * have
+        want = max(have + 1, min(need, step, self.max_workers))
         # CPU time over wall time undercounts a thread that waits for a core or the GIL, so a phase
         # that burns CPU also needs the whole process (the loop, every thread) to have cores spare.
         used = max(self.cores_used(), self.process_cores if share >= _BURNS else 0.0)

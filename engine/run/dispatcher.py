@@ -250,7 +250,7 @@ class Dispatcher:
         recs = self._lane_records[record.lane]
         recs.append(record)
         self._since_tune[record.lane] += 1
-        if (record.ok and self._since_tune[record.lane] >= s.tuner.window
+        if (record.ok and self._since_tune[record.lane] >= s.tuner.batches_for(record.lane)
                 and record.end - recs[0].start >= s.tuner.min_window_s(record.lane)):
             self._since_tune[record.lane] = 0
             self._tune(s.lanes[record.lane], recs)
@@ -259,12 +259,15 @@ class Dispatcher:
 
     def _tune(self, lane: LaneLike, recs: deque[BatchRecord]) -> None:
         ok = [r for r in recs if r.ok]
+        if self.s.tuner.first_decision(lane.id):
+            ok = ok[1:]  # the lane's first batch carries its warm-up, not its steady cost
         if len(ok) < _TUNE_MIN_RECORDS:
             return
         warming = getattr(lane, "warming", None)
-        if warming is not None and warming():
-            # Fill worker processes still starting: this window measured fewer than the tuner set,
-            # so it would take back workers that never ran. The next window judges.
+        if warming is not None and warming(ok[0].start):
+            # A fill worker process started during this window: its fills queued for fewer workers
+            # than the tuner set, and judged now, the workers it just added would be taken back
+            # (run 7 on 16 cores stopped at 1 where 8 ran 5x faster). The next window judges.
             return
         s = self.s
         wall, cpu = time.perf_counter(), time.process_time()

@@ -148,9 +148,10 @@ class Lane:
         if phase is Phase.FILL and self.fill_processes is not None:
             self.fill_processes.resize(workers)  # one worker process per fill thread
 
-    def warming(self) -> bool:
-        """Whether a fill worker process is still starting (``Dispatcher`` waits to tune then)."""
-        return self.fill_processes is not None and self.fill_processes.warming
+    def warming(self, since: float) -> bool:
+        """Whether a fill worker process was starting at some time after ``since`` (``Dispatcher``
+        does not tune from such a window: its fills waited for the start)."""
+        return self.fill_processes is not None and self.fill_processes.warming(since)
 
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:

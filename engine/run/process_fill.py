@@ -60,10 +60,10 @@ class ProcessFill:
         """Start the workers now (a lane about to run): the first batch waits for one start only."""
         self.pool.start()
 
-    @property
-    def warming(self) -> bool:
-        """A worker is still starting: the tuner does not judge the fill's size meanwhile."""
-        return self.pool.warming
+    def warming(self, since: float) -> bool:
+        """A worker was starting at some time after ``since`` (or still is): fills measured since
+        then waited for it, so the tuner does not judge the fill's size from them."""
+        return self.pool.warming or self.pool.ready_at > since
 
     def views(self) -> tuple[HostProcess, ...]:
         """Each worker as the snapshot shows it."""

@@ -102,17 +102,35 @@ def test_a_core_partly_spare_buys_one_thread_on_trial_where_the_budget_is_the_ma
     assert {s.fill for s in _tune(model, held)} == {1}
 
 
-def test_threads_that_do_not_help_are_taken_back_and_not_tried_again() -> None:
-    # GIL-bound: threads past the second add nothing; the tuner doubles to 2 (kept), then to 4
-    # (no faster: taken back), and stays at 2.
+def test_a_jump_that_helps_less_than_its_threads_is_trimmed_to_what_helped() -> None:
+    # GIL-bound: threads past the second add nothing. The tuner jumps at once to the 5 threads that
+    # would keep up with compute; they load only 2x faster than 1, so it trims to 2 and stays.
     model = Model(0.040, 0.010, gil_threads=2)
     tuner = _tuner()
     seen = _tune(model, tuner)
     assert seen[-1].fill == 2
-    assert max(s.fill for s in seen) == 4
-    assert sum(1 for a, b in itertools.pairwise(seen) if b.fill > a.fill) == 2
+    assert max(s.fill for s in seen) == 5
+    assert sum(1 for a, b in itertools.pairwise(seen) if b.fill > a.fill) == 1
+    assert tuner.threads([_Lane(seen[-1])])[0][0].why == "saturated"
+    assert any("5 ran only 2x faster than 1" in d.reason for d in tuner.decisions)
+
+
+def test_threads_that_do_not_help_at_all_are_taken_back_and_not_tried_again() -> None:
+    model = Model(0.040, 0.010, gil_threads=1)
+    tuner = _tuner()
+    seen = _tune(model, tuner)
+    assert seen[-1].fill == 1
     assert tuner.threads([_Lane(seen[-1])])[0][0].why == "saturated"
     assert any("did not help" in d.reason for d in tuner.decisions)
+
+
+def test_the_first_step_reaches_the_threads_compute_needs_in_one_trial() -> None:
+    # A load 6x compute that scales: 8 threads keep up (6 x the 1.25 margin), reached in one step,
+    # where doubling took three (1, 2, 4, 8) and a trial window each.
+    model = Model(0.060, 0.010)
+    seen = _tune(model, _tuner(cores=16.0))
+    steps = [b.fill for a, b in itertools.pairwise(seen) if b.fill != a.fill]
+    assert steps == [8]
 
 
 def test_the_memory_budget_caps_the_slots_threads_need() -> None:

@@ -238,3 +238,16 @@ def test_a_loader_in_main_is_refused_at_once() -> None:
     load.__module__ = "__main__"
     with pytest.raises(ValueError, match="defined in __main__"):
         ProcessPool("t", load, 1)
+
+
+async def test_the_tuner_grows_a_gil_bound_fill_in_processes_and_keeps_what_helped() -> None:
+    # Pure-Python loading (a tokenizer's loop) holds the GIL: in processes it scales with the cores.
+    s = spec("wd_fill:load_python", items="wd_fill:items_many", workers=2)
+    s = s.model_copy(update={"host": s.host.model_copy(update={"fill_workers": None})})
+    async with Engine(s, sink=Counting()) as eng:
+        report = await eng.wait()
+    assert report.counts.done == 2000
+    grown = [t for t in report.tuning if "fill" in t and "threads (" in t]
+    assert grown, report.tuning  # the tuner grew the pool
+    assert report.host_threads["0"]["fill"] >= 2, report.tuning  # and kept more than one worker
+    assert len(report.host_processes["0"]) == report.host_threads["0"]["fill"]

@@ -88,3 +88,9 @@ class LoaderThatCannotStart:
 
     def __call__(self, handle: Any, row: np.ndarray) -> None:  # pragma: no cover - never reached
         stamp(handle, row)
+
+
+def items_many() -> Iterator[tuple[str, int]]:
+    """2,000 items: enough batches for the tuner to grow a pool and judge it."""
+    for i in range(2000):
+        yield f"t{i:05d}", i
