@@ -19,8 +19,9 @@ The decisions this module protects:
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
   least 10 % faster (a jump that sped it up far less than its threads is trimmed to the threads
   that gain needs, and the phase grows no more), a deeper ring if the device idles at least 20 %
-  less; else the change is taken back and not tried again on that lane (threads of a CPU- or GIL-bound phase wait for each
-  other, and their CPU time alone looks like waiting). A count the spec pins is never changed.
+  less; else the change is taken back and not tried again on that lane (threads of a CPU- or
+  GIL-bound phase wait for each other, and their CPU time alone looks like waiting). A count the
+  spec pins is never changed.
 - Pure arithmetic on measurements (``Window``): the dispatcher measures, this module decides, so
   the tests drive it with a model of a pipeline and a controlled clock.
 """
