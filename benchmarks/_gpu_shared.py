@@ -225,9 +225,9 @@ class _Sample:
 
 
 def fill_processes(lines: int, workers: tuple[int | None, ...] = (None, 8), backend: str = "cupy") -> dict[str, Any]:
-    """The tokens example (pure-Python tokenising per line) on CuPy: fills on threads against fills
-    in worker processes writing registered shared slots; the vectors checked against the example's
-    own float64 reference on every 97th line."""
+    """The tokens example (pure-Python tokenising per line) on CuPy: fills on threads, in worker
+    processes writing registered shared slots, and the default ``auto`` (the tuner's choice); the
+    vectors checked against the example's own float64 reference on every 97th line."""
     import asyncio  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -240,8 +240,8 @@ def fill_processes(lines: int, workers: tuple[int | None, ...] = (None, 8), back
         text = tokens.make_lines(Path(tmp) / "lines.txt", lines, seed=int(time.time()) % 1000)
         all_lines = text.read_text(encoding="utf-8").splitlines()
         base = load_spec(Path(__file__).resolve().parents[1] / "examples" / "tokens-lines.toml")
-        for pool in ("threads", "processes"):
-            for n in workers:
+        for pool in ("threads", "processes", "auto"):
+            for n in (workers if pool != "auto" else (None,)):
                 host = base.host.model_copy(update={"fill_pool": pool, "fill_workers": n})
                 spec = base.model_copy(update={
                     "backend": backend, "host": host,

@@ -15,6 +15,8 @@ The decisions this module protects:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import importlib.metadata
 import time
 from collections.abc import Callable, Sequence
@@ -85,10 +87,15 @@ class Engine:
         # A run given a run directory is durable by default: journaled there, resumed from there.
         # Without one (library calls, most tests) nothing is written unless journal=True.
         durable = run_dir is not None if journal is None else journal
-        processes = spec.host.fill_pool == "processes" and spec.executor.kind == "local"
+        local = spec.executor.kind == "local"
+        processes = spec.host.fill_pool == "processes" and local
         raw_source = source if source is not None else open_source(spec.source, processes=processes)
-        #: Loads one task into its row in a fill worker process (``host.fill_pool = "processes"``).
+        #: Loads one task into its row in a fill worker process (``[host] fill_pool``): always with
+        #: "processes"; with "auto" where the source can, for the tuner to move the fill there.
         self._row_loader = row_loader(raw_source) if processes else None
+        if spec.host.fill_pool == "auto" and local:
+            with contextlib.suppress(ValueError):  # a source that loads in the engine's process only
+                self._row_loader = row_loader(raw_source)
         self.resume = ResumingSource(raw_source, self.sink) if durable else None
         self.source: Source = self.resume if self.resume is not None else raw_source
         self.retry_failed = retry_failed
@@ -146,8 +153,12 @@ class Engine:
         if self.executor is not None:
             return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for, self.sink)
         host = self.spec.host
+        auto = host.fill_pool == "auto" and self._row_loader is not None
+        self.state.tuner.fill_auto = auto
         return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
-                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1, self._fill_processes(i))
+                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1,
+                     self._fill_processes(i) if host.fill_pool == "processes" else None,
+                     functools.partial(self._fill_processes, i) if auto else None)
                 for i in range(len(self.state.lane_worker))]
 
     def _fill_processes(self, lane: int) -> ProcessFill | None:

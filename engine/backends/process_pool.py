@@ -326,7 +326,13 @@ class ProcessPool:
         w = self._checkout()
         t0 = time.perf_counter()
         try:
-            w.conn.send((where, nbytes, tuple(shape), np.dtype(dtype).str, list(handles)))
+            msg = pickle.dumps((where, nbytes, tuple(shape), np.dtype(dtype).str, list(handles)))
+        except Exception as exc:
+            self._checkin(w)  # nothing was sent: the worker is as it was
+            raise ValueError(f"a handle of this batch cannot be sent to a fill worker process "
+                             f"({type(exc).__name__}: {exc})") from exc
+        try:
+            w.conn.send_bytes(msg)
             answer = self._answer(w, self.deadline_s)
         except (EOFError, OSError, WorkerLost) as exc:
             why = exc.why if isinstance(exc, WorkerLost) else w.ended()

@@ -248,12 +248,14 @@ class HostSpec(_Model):
     cpu_cores: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
     """Cores the run may keep busy (the CPU budget the tuner and the bound count); absent: the
     cores this process may run on."""
-    fill_pool: Literal["threads", "processes"] = "threads"
+    fill_pool: Literal["auto", "threads", "processes"] = "auto"
     """Where inputs are loaded: ``threads`` of the engine's process (I/O, and decoders that release
     the GIL), or ``processes``: one warm worker process per fill thread, each writing its batch
     straight into the slot's shared memory (work that holds the GIL: Python decoding, tokenising,
-    your own ``load``). Processes need a source that can load in another process: ``items``,
-    ``images`` or ``npy_dir``."""
+    your own ``load``). ``auto``: threads, and where more threads stop speeding the fill up, the
+    tuner tries processes once and keeps them if the fill is faster. Processes need a source that
+    can load in another process (``items``, ``images``, ``npy_dir``); for any other, and on Ray
+    actors, ``auto`` means threads."""
     process_deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     """A fill worker process busy on one batch longer than this is killed and replaced; the
     batch's tasks are tried again."""

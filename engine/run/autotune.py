@@ -154,7 +154,8 @@ def _slots_for(s: LaneSettings) -> int:
 
 
 def _with(s: LaneSettings, phase: Phase, threads: int) -> LaneSettings:
-    return LaneSettings(s.depth, threads if phase is Phase.FILL else s.fill, threads if phase is Phase.SINK else s.sink)
+    return LaneSettings(s.depth, threads if phase is Phase.FILL else s.fill, threads if phase is Phase.SINK else s.sink,
+                        s.fill_processes)
 
 
 def measure_window(records: list[BatchRecord]) -> Window:
@@ -178,6 +179,8 @@ class LaneSettings:
     depth: int
     fill: int
     sink: int
+    #: Fills run in worker processes (``[host] fill_pool``; "auto": the tuner's choice).
+    fill_processes: bool = False
 
     def workers(self, phase: Phase) -> int:
         return self.fill if phase is Phase.FILL else self.sink
@@ -213,6 +216,13 @@ class Autotuner:
     machine_cores: float = field(default_factory=default_cores)
     #: Each fill thread hands its batch to a worker process (``[host] fill_pool = "processes"``).
     fill_processes: bool = False
+    #: ``[host] fill_pool = "auto"`` with a source that can load in processes: a fill that threads
+    #: do not speed up (GIL- or CPU-bound) is tried in processes, which stay if they are faster.
+    fill_auto: bool = False
+    #: Lanes whose fill was tried in processes (kept or not): not tried again.
+    pool_tried: set[int] = field(default_factory=set)
+    #: A switch of the fill's pool on trial, per lane: (fill batches/s before, threads).
+    pool_trial: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> Autotuner:
@@ -231,7 +241,7 @@ class Autotuner:
     def _threads(self, lane: LaneLike, phase: Phase) -> HostThreads:
         now = lane.workers(phase)
         peak = max(now, self.peak.get((lane.id, phase), 0))
-        procs = phase is Phase.FILL and self.fill_processes
+        procs = phase is Phase.FILL and (self.fill_processes or bool(getattr(lane, "fill_in_processes", False)))
         if phase in self.pinned:
             return HostThreads(now, peak, "pinned", procs)
         if (lane.id, phase) in self.saturated:
@@ -295,17 +305,20 @@ class Autotuner:
         depth = self.depth.decide(lane, now.depth, b_idle, slot_bytes, used_bytes)
         if depth > now.depth:
             self.depth_trial[lane] = (now.depth, idle)
-        return LaneSettings(depth, now.fill, now.sink)
+        return LaneSettings(depth, now.fill, now.sink, now.fill_processes)
 
     def min_window_s(self, lane: int) -> float:
         """How long the lane's next window must span: longer while threads or slots are on trial
         (one noisy short window must not decide for the rest of the run)."""
-        return _TRIAL_S if lane in self.trial or lane in self.depth_trial else _WINDOW_S
+        return _TRIAL_S if lane in self.trial or lane in self.depth_trial or lane in self.pool_trial else _WINDOW_S
 
     def _judge_trial(self, lane: int, now: LaneSettings, w: Window) -> LaneSettings | None:
         """After a thread was added: keep it if the phase got at least 10 % faster (batches/s over
         its threads), else take it back and grow that phase no more. Threads of a phase bound by
         the CPU or by Python's GIL wait for each other, and CPU time alone does not show it."""
+        switched = self.pool_trial.pop(lane, None)
+        if switched is not None:
+            return self._judge_pool(lane, now, w, *switched)
         deeper = self.depth_trial.pop(lane, None)
         if deeper is not None and w.device_idle > _DEPTH_GAIN * deeper[1]:
             # A deeper ring that left the device as idle as before: the idle is not jitter a ring
@@ -314,7 +327,7 @@ class Autotuner:
             self.decisions.append(TunerDecision(
                 lane, max(deeper[0], _slots_for(now)), w.device_idle,
                 f"depth {now.depth} did not help (device idle {deeper[1]:.1%} -> {w.device_idle:.1%})"))
-            return LaneSettings(max(deeper[0], _slots_for(now)), now.fill, now.sink)
+            return LaneSettings(max(deeper[0], _slots_for(now)), now.fill, now.sink, now.fill_processes)
         trial = self.trial.pop(lane, None)
         if trial is None:
             return None
@@ -332,7 +345,7 @@ class Autotuner:
                 self.decisions.append(TunerDecision(
                     lane, now.depth, w.device_idle,
                     f"{phase.name.lower()} {trimmed} threads: {have} ran only {gain:.2g}x faster than {had}"))
-                return _with(now, phase, trimmed)
+                return self._try_processes(lane, _with(now, phase, trimmed), phase, after, have, w)
             return None
         self.saturated.add((lane, phase))
         self.held.pop((lane, phase), None)
@@ -341,7 +354,37 @@ class Autotuner:
             lane, now.depth, w.device_idle,
             f"{name} back to {had} threads: {have} did not help ({before:.3g} -> {after:.3g} "
             "batches/s; CPU- or GIL-bound)"))
-        return _with(now, phase, had)
+        return self._try_processes(lane, _with(now, phase, had), phase, before, have, w)
+
+    def _try_processes(self, lane: int, then: LaneSettings, phase: Phase, rate: float, workers: int,
+                       w: Window) -> LaneSettings:
+        """``then``, or, where threads stopped speeding the fill up and ``[host] fill_pool = "auto"``
+        allows it (once per lane), the fill in ``workers`` processes on trial (the count the
+        threads' trial had: each process has its own GIL); ``then`` is where a failed trial goes."""
+        if phase is not Phase.FILL or not self.fill_auto or then.fill_processes or lane in self.pool_tried:
+            return then
+        self.pool_tried.add(lane)
+        self.pool_trial[lane] = (rate, then.fill)
+        self.decisions.append(TunerDecision(lane, then.depth, w.device_idle,
+                                            f"fill in {workers} processes on trial: threads do not speed it up"))
+        return LaneSettings(max(then.depth, workers + 2), workers, then.sink, fill_processes=True)
+
+    def _judge_pool(self, lane: int, now: LaneSettings, w: Window, before: float, threads: int) -> LaneSettings:
+        """After the fill moved to processes: keep them if the fill got at least 10 % faster, and let
+        it grow again (each process has its own GIL); else back to threads, for good."""
+        mean = w.mean_s[Phase.FILL - 1]
+        after = now.fill / mean if mean > 0 else 0.0
+        if after >= _TRIAL_GAIN * before:
+            self.saturated.discard((lane, Phase.FILL))
+            self.peak[(lane, Phase.FILL)] = max(self.peak.get((lane, Phase.FILL), 0), now.fill)
+            self.decisions.append(TunerDecision(
+                lane, now.depth, w.device_idle,
+                f"fill in processes kept: {before:.3g} -> {after:.3g} batches/s on {now.fill}"))
+            return now
+        self.decisions.append(TunerDecision(
+            lane, now.depth, w.device_idle,
+            f"fill back on {threads} threads: processes did not help ({before:.3g} -> {after:.3g} batches/s)"))
+        return LaneSettings(now.depth, threads, now.sink, fill_processes=False)
 
     def _lane_cores(self, s: LaneSettings, w: Window) -> float:
         """Cores the lane keeps busy: its host threads as if always running (the budget's worst
@@ -406,7 +449,7 @@ class Autotuner:
         self.peak[key] = max(self.peak.get(key, 0), want)
         self.decisions.append(TunerDecision(
             lane, depth, idle, f"{name} {want} threads ({mean * 1e3:.3g} ms/batch on {have}, {share:.0%} CPU)"))
-        return _with(LaneSettings(depth, now.fill, now.sink), phase, want)
+        return _with(LaneSettings(depth, now.fill, now.sink, now.fill_processes), phase, want)
 
     def _hold(self, key: tuple[int, Phase], why: ThreadCap, depth: int, idle: float, reason: str) -> None:
         """No thread for ``key`` this window, because of ``why`` (said once per reason)."""

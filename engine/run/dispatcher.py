@@ -274,11 +274,16 @@ class Dispatcher:
         w0, c0 = self._tune_clock.get(lane.id, (self.t0, 0.0))
         self._tune_clock[lane.id] = (wall, cpu)
         s.tuner.process_cores = (cpu - c0) / (wall - w0) if wall > w0 and c0 else 0.0
-        now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK))
+        now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK),
+                           bool(getattr(lane, "fill_in_processes", False)))
         used = sum(ln.nbytes for ln in s.lanes)
         new = s.tuner.decide(lane.id, now, measure_window(ok), lane.slot_bytes, used, tune_depth=s.auto_depth)
         if new.depth != now.depth:
             lane.set_depth(new.depth)
+        if new.fill_processes != now.fill_processes:
+            switch = getattr(lane, "set_fill_processes", None)
+            if switch is not None:
+                switch(new.fill_processes)
         for phase in (Phase.FILL, Phase.SINK):
             if new.workers(phase) != now.workers(phase):
                 lane.set_workers(phase, new.workers(phase))

@@ -90,7 +90,8 @@ class Lane:
 
     def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
                  sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,
-                 fill_workers: int = 1, sink_workers: int = 1, fill_processes: ProcessFill | None = None) -> None:
+                 fill_workers: int = 1, sink_workers: int = 1, fill_processes: ProcessFill | None = None,
+                 make_fill_processes: Callable[[], ProcessFill | None] | None = None) -> None:
         self.id = lane_id
         self.batch_size = batch_size
         self.backend = backend
@@ -98,9 +99,13 @@ class Lane:
         self.source = source
         self.sink = sink
         self.plan_for = plan_for
-        #: Where fills run in worker processes (``host.fill_pool = "processes"``): their pool and
-        #: the shared buffers they write. None: fills run on the fill threads themselves.
+        #: Where fills run in worker processes (``host.fill_pool = "processes"``, or the tuner's
+        #: choice under "auto"): their pool and the shared buffers they write. None: fills run on
+        #: the fill threads themselves.
         self.fill_processes = fill_processes
+        #: Makes ``fill_processes`` when the tuner moves the fill there (``fill_pool = "auto"``).
+        self._make_fill_processes = make_fill_processes
+        self._in_processes = fill_processes is not None
         self.streams: StreamSet = backend.streams(lane_id)
         self.streams.resize(Phase.FILL, fill_workers)
         self.streams.resize(Phase.SINK, sink_workers)
@@ -145,13 +150,37 @@ class Lane:
         if phase not in HOST_PHASES:
             raise ValueError(f"{phase.name.lower()} is a device phase: it runs in order on one stream")
         workers = self.streams.resize(phase, workers)
-        if phase is Phase.FILL and self.fill_processes is not None:
+        if phase is Phase.FILL and self.fill_processes is not None and self._in_processes:
             self.fill_processes.resize(workers)  # one worker process per fill thread
+
+    @property
+    def fill_in_processes(self) -> bool:
+        """Fills run in worker processes now."""
+        return self._in_processes
+
+    def set_fill_processes(self, on: bool) -> None:
+        """Move the fill to worker processes (one per fill thread), or back to the threads for good
+        (``fill_pool = "auto"``). Batches already filling finish where they are; slots take shared
+        buffers as they are next filled, and keep them (threads write shared memory as well)."""
+        if on == self._in_processes:
+            return
+        if on:
+            if self.fill_processes is None and self._make_fill_processes is not None:
+                self.fill_processes = self._make_fill_processes()
+            if self.fill_processes is None:
+                return
+            self.fill_processes.resize(self.workers(Phase.FILL))
+            self.fill_processes.start()
+            self._in_processes = True
+        else:
+            self._in_processes = False
+            if self.fill_processes is not None:
+                self.fill_processes.stop()
 
     def warming(self, since: float) -> bool:
         """Whether a fill worker process was starting at some time after ``since`` (``Dispatcher``
         does not tune from such a window: its fills waited for the start)."""
-        return self.fill_processes is not None and self.fill_processes.warming(since)
+        return self._in_processes and self.fill_processes is not None and self.fill_processes.warming(since)
 
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
@@ -175,7 +204,7 @@ class Lane:
             a, b, c, d = (buf.holder if not buf.release.done() else -1 for buf in sl.buffers())
             state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
             slots.append(SlotView(sl.index, state, (a, b, c, d)))
-        processes = self.fill_processes.views() if self.fill_processes is not None else ()
+        processes = self.fill_processes.views() if self.fill_processes is not None and self._in_processes else ()
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
                         tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), processes)
 
@@ -191,6 +220,7 @@ class Lane:
             self.reallocations += 1
         b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
         b.cap = nbytes
+        b.shared = None  # outgrown: the old shared buffer stays in its arena until the lane closes
 
     def _ensure_shared(self, b: Buffer, nbytes: int, fill: ProcessFill) -> None:
         """``_ensure`` for a pinned input that worker processes write: shared memory, by name."""
@@ -206,7 +236,7 @@ class Lane:
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Process batches until the host has none; then wait for every batch in flight."""
-        if self.fill_processes is not None:
+        if self.fill_processes is not None and self._in_processes:
             self.fill_processes.start()  # interpreters start while the first batch is formed
         try:
             async with asyncio.TaskGroup() as tg:
@@ -269,7 +299,7 @@ class Lane:
         in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
-        processes = self.fill_processes
+        processes = self.fill_processes if self._in_processes else None
         if processes is None:
             self._ensure(slot.host_in, in_bytes, device=False)
         else:

@@ -31,16 +31,17 @@ class Model:
     floor: float = 0.0  # the device idles at least this share whatever the settings (engine gaps)
     compute_cpu: float = 0.0  # share of a core compute burns while it runs (NumPy, torch on the CPU)
 
-    def fill_rate(self, w: int) -> float:
-        useful = w if self.gil_threads is None else min(w, self.gil_threads)
+    def fill_rate(self, w: int, processes: bool = False) -> float:
+        # Worker processes each have their own GIL: only threads share one.
+        useful = w if self.gil_threads is None or processes else min(w, self.gil_threads)
         return useful / self.fill_s
 
     def window(self, s: LaneSettings) -> Window:
         """What the lane measures over N batches with settings ``s`` (a controlled clock: no sleep)."""
-        rate = min(self.fill_rate(s.fill), 1 / self.compute_s, s.sink / self.sink_s)
+        rate = min(self.fill_rate(s.fill, s.fill_processes), 1 / self.compute_s, s.sink / self.sink_s)
         span = max(N / rate, N * self.compute_s / (1 - self.floor))
         # A GIL-bound phase's threads wait for each other: each batch takes longer per thread.
-        fill_mean = s.fill / self.fill_rate(s.fill)
+        fill_mean = s.fill / self.fill_rate(s.fill, s.fill_processes)
         means = (fill_mean, 0.0005, self.compute_s, 0.0005, self.sink_s)
         cpu = (self.fill_cpu * self.fill_s, 0.0, self.compute_cpu * self.compute_s, 0.0, 0.0)
         busy = tuple(m * N for m in means)
@@ -192,3 +193,34 @@ def test_a_phase_with_no_cpu_measured_still_gets_threads() -> None:
     # A remote (Ray) lane's records carry no CPU times: the phase costs no budget, it is not infinite.
     seen = _tune(Model(0.030, 0.010, fill_cpu=0.0), _tuner())
     assert 3 <= seen[-1].fill <= 4
+
+
+def test_a_gil_bound_fill_moves_to_processes_where_auto_allows_and_grows_there() -> None:
+    # Threads past the first add nothing (one GIL); processes each have their own. With
+    # fill_pool = "auto" the tuner tries processes once threads stopped helping, keeps them as they
+    # are faster, and then grows them to what compute needs.
+    model = Model(0.040, 0.010, gil_threads=1)
+    tuner = _tuner(cores=16.0)
+    tuner.fill_auto = True
+    seen = _tune(model, tuner)
+    assert seen[-1].fill_processes and seen[-1].fill == 5
+    reasons = [d.reason for d in tuner.decisions]
+    assert any("processes on trial" in r for r in reasons) and any("processes kept" in r for r in reasons)
+    assert model.window(seen[-1]).device_idle <= 0.02
+
+
+def test_processes_that_do_not_help_go_back_to_threads_for_good() -> None:
+    # CPU-bound on 1 core: neither threads nor processes help.
+    model = Model(0.040, 0.010, gil_threads=1)
+    model_cpu = Model(0.040, 0.010, gil_threads=1, fill_cpu=1.0)
+    tuner = _tuner(cores=16.0)
+    tuner.fill_auto = True
+    now = LaneSettings(2, 1, 1)
+    for _ in range(40):
+        w = (model_cpu if now.fill_processes else model).window(now)
+        if now.fill_processes:  # as slow in processes as on threads: the cores, not the GIL, hold it
+            w = model.window(LaneSettings(now.depth, now.fill, now.sink))
+        now = tuner.decide(0, now, w, MB, now.depth * MB)
+    assert not now.fill_processes and now.fill == 1
+    assert any("back on 1 threads" in d.reason for d in tuner.decisions)
+

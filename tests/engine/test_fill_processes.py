@@ -53,11 +53,12 @@ class Counting:
 
 
 def _arenas() -> set[str]:
-    return {p.name for p in default_root().iterdir() if p.name.startswith(ARENA_PREFIX)}
+    """This process's arenas (other runs on the machine may hold their own meanwhile)."""
+    mine = f"-{os.getpid()}-"
+    return {p.name for p in default_root().iterdir() if p.name.startswith(ARENA_PREFIX) and mine in p.name}
 
 
 async def test_each_batch_is_loaded_in_a_worker_process_straight_into_the_slot() -> None:
-    before = _arenas()
     sink = Counting()
     async with Engine(spec("wd_fill:load_slow"), sink=sink) as eng:
         report = await eng.wait()
@@ -68,7 +69,7 @@ async def test_each_batch_is_loaded_in_a_worker_process_straight_into_the_slot()
     for key, arr in sink.out.items():
         assert (arr.reshape(-1)[1:] == int(key[1:]) + 1).all()
     assert set(sink.writes.values()) == {1}
-    assert _arenas() == before  # the lane removed its shared buffers
+    assert _arenas() == set()  # the lane removed its shared buffers
     workers = report.host_processes["0"]  # the report names each worker, as the lane timeline counts them
     assert len(workers) == 2 and {int(w["pid"]) for w in workers} >= pids
     assert sum(int(w["batches"]) for w in workers) == 320 // 16
@@ -251,3 +252,35 @@ async def test_the_tuner_grows_a_gil_bound_fill_in_processes_and_keeps_what_help
     assert grown, report.tuning  # the tuner grew the pool
     assert report.host_threads["0"]["fill"] >= 2, report.tuning  # and kept more than one worker
     assert len(report.host_processes["0"]) == report.host_threads["0"]["fill"]
+
+
+async def test_auto_tries_processes_for_a_gil_bound_fill_and_loses_nothing_either_way() -> None:
+    # The default (fill_pool = "auto"): threads first; once more threads stop speeding the fill up,
+    # the tuner moves it to processes on trial and keeps whichever was faster. On 2 cores the two
+    # can come out level (the keep is judged in docs/benchmarks.md on 16 cores); here: the move
+    # happens, batches filled on threads, in processes and on threads again are all right, and
+    # the report says where the fill ended.
+    s = spec("wd_fill:load_python", items="wd_fill:items_many")
+    s = s.model_copy(update={"host": s.host.model_copy(update={"fill_pool": "auto", "fill_workers": None})})
+    assert type(s.host)().fill_pool == "auto"  # the default
+    sink = Counting()
+    async with Engine(s, sink=sink) as eng:
+        report = await eng.wait()
+    log = "\n".join(report.tuning)
+    assert report.counts.done == 2000 and set(sink.writes.values()) == {1}
+    assert "processes on trial" in log, log
+    kept = "processes kept" in log
+    assert kept or "processes did not help" in log, log
+    assert bool(report.host_processes) == kept, log
+    for key, arr in sink.out.items():
+        assert (arr.reshape(-1)[2:] == int(key[1:]) + 1).all()
+
+
+async def test_auto_leaves_a_fill_that_threads_serve_on_threads() -> None:
+    # Waiting loads (sleep releases the GIL): threads speed them up, processes are never tried.
+    s = spec("wd_fill:load_slow")
+    s = s.model_copy(update={"host": s.host.model_copy(update={"fill_pool": "auto", "fill_workers": None})})
+    async with Engine(s, sink=Counting()) as eng:
+        report = await eng.wait()
+    assert report.counts.done == 320
+    assert not report.host_processes and not any("processes" in t for t in report.tuning), report.tuning
