@@ -18,6 +18,7 @@ The decisions this module protects:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import mmap
@@ -26,6 +27,7 @@ import secrets
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,6 +144,7 @@ class SharedArena:
         os.set_inheritable(self._lock_fd, False)
         self._buffers: list[SharedBuffer] = []
         self._count = 0
+        _OPEN.add(self)
 
     @property
     def nbytes(self) -> int:
@@ -185,6 +188,18 @@ class SharedArena:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Arenas not closed yet: closed at interpreter exit, so a process that ends normally leaves none
+#: behind even where an owner forgot (a SIGKILL is for ``reap_stale``).
+_OPEN: weakref.WeakSet[SharedArena] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    for arena in list(_OPEN):
+        with contextlib.suppress(Exception):
+            arena.close()
 
 
 def reap_stale(root: Path | None = None) -> list[Path]:

@@ -253,22 +253,26 @@ class Lane:
             # landed another batch's values in a Parquet part that way). Jobs already running end
             # as they would have; the rest give up.
             self.streams.abandon()
-            if self.fill_processes is not None:
-                # A fill waiting on a worker would hold the close below for up to its deadline.
-                await asyncio.to_thread(self.fill_processes.stop)
-            # Whatever ended the lane, no stream job may wait forever on a release.
-            for item in self._inflight.values():
-                free(item.sink_release)
-            while not self._fills.empty():
-                f = self._fills.get_nowait()
-                if f is not None:
-                    free(f.release)
-            for slot in self.ring:
-                for b in slot.buffers():
-                    free(b.release)
-            await asyncio.to_thread(self.streams.close)
-            if self.fill_processes is not None:
-                self.fill_processes.close()  # no stream uses a shared buffer any more
+            try:
+                if self.fill_processes is not None:
+                    # A fill waiting on a worker would hold the close below for up to its deadline.
+                    await asyncio.to_thread(self.fill_processes.stop)
+                # Whatever ended the lane, no stream job may wait forever on a release.
+                for item in self._inflight.values():
+                    free(item.sink_release)
+                while not self._fills.empty():
+                    f = self._fills.get_nowait()
+                    if f is not None:
+                        free(f.release)
+                for slot in self.ring:
+                    for b in slot.buffers():
+                        free(b.release)
+                await asyncio.to_thread(self.streams.close)
+            finally:
+                if self.fill_processes is not None:
+                    # No stream uses a shared buffer any more (or the lane was cancelled while
+                    # closing): the workers stop and the shared memory goes, whatever happened.
+                    self.fill_processes.close()
 
     async def _front(self) -> None:
         """Take a free slot, then a batch, and queue its fill: the fill stream always has the
