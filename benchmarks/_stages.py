@@ -184,3 +184,44 @@ def first_write_stamp(key: str, out: Any) -> None:
     if n == batch:
         with open(path, "a", encoding="utf-8") as f:  # noqa: PTH123
             f.write(f"{time.time():.6f}\n")
+
+
+def py_spin(iters: int) -> int:
+    """Pure-Python work that holds the GIL throughout (a tokenizer's or a parser's inner loop)."""
+    h = 0
+    for k in range(iters):
+        h = (h * 31 + k) % 1_000_003
+    return h
+
+
+class PyBurn:
+    """Spends CPU time holding the GIL: ``py_spin`` loops, calibrated once with ``time.thread_time``.
+    Threads burning at once take turns; processes (each its own GIL) scale with the cores."""
+
+    def __init__(self, calibrate_s: float = 0.2) -> None:
+        py_spin(10_000)
+        spent, done = 0.0, 0
+        while spent < calibrate_s:
+            c = time.thread_time()
+            py_spin(20_000)
+            spent += time.thread_time() - c
+            done += 20_000
+        self.iter_s = spent / done
+
+    def iters(self, seconds: float) -> int:
+        return max(1, round(seconds / self.iter_s))
+
+    def __call__(self, seconds: float) -> None:
+        py_spin(self.iters(seconds))
+
+
+def gil_items(count: int, iters: int) -> Iterator[tuple[str, tuple[int, int]]]:
+    """An ``items`` source's list for the GIL-bound profile: ``count`` tasks, each ``iters`` spins."""
+    for i in range(count):
+        yield f"t{i:08d}", (i, iters)
+
+
+def gil_load(handle: tuple[int, int], row: np.ndarray) -> None:
+    """The GIL-bound profile's ``load(handle, row)``: pure-Python work, then the row."""
+    py_spin(handle[1])
+    row[...] = 0.5

@@ -11,6 +11,9 @@ Profiles (per batch; the amounts are chosen by batch index, so several threads g
   jittery       as balanced on average; 10 % of loads 5x slower, the rest lognormal, mean 10 ms
   load-bound    load 30 ms (sleep), compute 10 ms, sink 2 ms
   sink-bound    load 2 ms, compute 10 ms, sink 30 ms (sleep)
+  gil-bound     load 30 ms of pure-Python CPU per batch (the GIL held: a user's own per-item
+                ``load`` through an ``items`` source, ``_stages.gil_load``), compute 10, sink 2: only
+                processes scale it; bound as decode-bound's (issue 31: >= 0.85 of it, >= the DataLoader)
   decode-bound  load 30 ms of CPU (GIL released), compute 10 ms, sink 2 ms: on 2 cores the
                 device cannot be kept busy (2 cores / 30 ms = 67 batches/s at most)
 
@@ -49,7 +52,7 @@ from typing import Any
 import _stages
 import numpy as np
 from _common import print_table, verdict, write_json
-from _stages import BatchSleepSink, CpuBurn, ScheduledSource
+from _stages import BatchSleepSink, CpuBurn, PyBurn, ScheduledSource
 
 from warpdeck.engine.api import Engine, RunReport, parse_spec
 from warpdeck.engine.state.batches import TaskInput
@@ -72,6 +75,8 @@ class Profile:
     decode: bool = False
     busy_target: float | None = None
     rate_target: float | None = None  # fraction of the bound
+    #: The load holds the GIL (pure Python, through a user ``load`` function): ``_stages.PyBurn``.
+    gil: bool = False
 
 
 PROFILES = {p.name: p for p in (
@@ -80,6 +85,7 @@ PROFILES = {p.name: p for p in (
     Profile("load-bound", SLOW_S, SINK_S, busy_target=0.95),
     Profile("sink-bound", 0.002, SLOW_S, busy_target=0.90),
     Profile("decode-bound", SLOW_S, SINK_S, decode=True, rate_target=0.90),
+    Profile("gil-bound", SLOW_S, SINK_S, decode=True, rate_target=0.85, gil=True),
 )}
 
 
@@ -106,6 +112,9 @@ class Workload:
     load_s: np.ndarray
     sink_s: float = SINK_S
     spend: Callable[[float], None] = time.sleep
+    #: GIL-bound: warpdeck loads through an ``items`` source whose ``load`` spins this many times per
+    #: task (``_stages.gil_load``), as a user's own per-item code would; 0: the scheduled source.
+    gil_iters: int = 0
 
     def source(self) -> ScheduledSource:
         return ScheduledSource(self.load_s.tolist(), BATCH, SHAPE, _block(), self.spend)
@@ -184,30 +193,41 @@ def run_serial(load_s: np.ndarray | Workload) -> dict[str, Any]:
             "cpu_means_s": (cpu / len(w.load_s)).tolist()}
 
 
-async def _warpdeck(w: Workload, run_dir: str, journal: bool) -> tuple[RunReport, ScheduledSource, BatchSleepSink]:
+async def _warpdeck(w: Workload, run_dir: str, journal: bool,
+                    host: dict[str, Any] | None = None) -> tuple[RunReport, ScheduledSource, BatchSleepSink]:
     n = len(w.load_s)
+    src: dict[str, Any] = {"kind": "synthetic", "count": n * BATCH, "shape": list(SHAPE)}  # replaced below
+    if w.gil_iters:  # the user's own load function, by name: the engine may run it in processes
+        src = {"kind": "items", "items": "_stages:gil_items", "load": "_stages:gil_load",
+               "shape": list(SHAPE), "options": {"count": n * BATCH, "iters": w.gil_iters}}
     spec = parse_spec({  # the defaults: 1 lane, slot_depth 2, auto depth, host threads tuned
-        "name": "bench-overlap", "backend": "numpy", "batch_size": BATCH,
-        "source": {"kind": "synthetic", "count": n * BATCH, "shape": list(SHAPE)},  # replaced below
+        "name": "bench-overlap", "backend": "numpy", "batch_size": BATCH, "source": src,
         "sink": {"kind": "null"},
         "stages": [{"fn": "_stages:compute_sleep"}],
+        **({"host": host} if host else {}),
     })
     source, sink = w.source(), w.sink()
+    if w.gil_iters:
+        async with Engine(spec, run_dir, sink=sink, journal=journal) as eng:
+            report = await eng.wait()
+        return report, source, sink
     async with Engine(spec, run_dir, source=source, sink=sink, journal=journal) as eng:
         report = await eng.wait()
     return report, source, sink
 
 
-def run_warpdeck(load_s: np.ndarray | Workload, journal: bool = True) -> dict[str, Any]:
-    """One warpdeck run in a fresh run directory; ``journal`` off measures the engine without it."""
+def run_warpdeck(load_s: np.ndarray | Workload, journal: bool = True,
+                 host: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One warpdeck run in a fresh run directory; ``journal`` off measures the engine without it;
+    ``host``: a ``[host]`` section instead of the defaults (a diagnostic run)."""
     w = _workload(load_s)
     with tempfile.TemporaryDirectory(prefix="wd-bench-") as run_dir:
         t0 = time.perf_counter()
-        report, source, sink = asyncio.run(_warpdeck(w, run_dir, journal))
+        report, source, sink = asyncio.run(_warpdeck(w, run_dir, journal, host))
         wall = time.perf_counter() - t0
     if report.status != "finished" or report.counts.done != len(w.load_s) * BATCH:
         raise RuntimeError(f"warpdeck run did not finish: {report.status} {report.counts}")
-    if source.misaligned or any(b != BATCH for b in source.batch_sizes):
+    if not w.gil_iters and (source.misaligned or any(b != BATCH for b in source.batch_sizes)):
         raise RuntimeError("warpdeck formed partial or misaligned batches; the sleep sequence would differ")
     return {
         "batches_s": steady_rate(sink.done_at), "late_batches_s": late_rate(sink.done_at),
@@ -218,6 +238,7 @@ def run_warpdeck(load_s: np.ndarray | Workload, journal: bool = True) -> dict[st
         "bound_tasks_s": report.bound_tasks_s, "steady_tasks_s": report.steady_tasks_s,
         "mean_phase_s": report.mean_phase_s, "cpu_phase_s": report.cpu_phase_s, "stall_s": report.stall_s,
         "occupancy": report.occupancy, "first_batch_s": report.first_batch_s,
+        "host_processes": report.host_processes,
     }
 
 
@@ -265,7 +286,11 @@ def run_dataloaders(w: Workload) -> dict[str, Any]:
 def run_profile(p: Profile, n: int, seed: int, burn: CpuBurn | None, have_torch: bool) -> dict[str, Any]:
     """All runners on one profile's sequence, and the bound they are judged against."""
     spend: Callable[[float], None] = burn if p.decode and burn is not None else time.sleep
-    w = Workload(load_schedule(p.name, n, seed), p.sink_s, spend)
+    gil_iters = 0
+    if p.gil:
+        py = PyBurn()
+        spend, gil_iters = py, py.iters(p.load_s / BATCH)
+    w = Workload(load_schedule(p.name, n, seed), p.sink_s, spend, gil_iters)
     res: dict[str, Any] = {"load_mean_s": float(w.load_s.mean()), "load_max_s": float(w.load_s.max()),
                            "sink_s": p.sink_s, "decode": p.decode}
     serial = run_serial(w)
@@ -281,6 +306,9 @@ def run_profile(p: Profile, n: int, seed: int, burn: CpuBurn | None, have_torch:
     else:
         res["bound_batches_s"] = device
     res["warpdeck"] = run_warpdeck(w)
+    if p.gil:  # diagnostic, not judged: what the fill reaches pinned in processes, one per core
+        res["warpdeck_processes"] = run_warpdeck(w, host={"fill_pool": "processes",
+                                                          "fill_workers": len(os.sched_getaffinity(0))})
     res["dataloader"] = run_dataloaders(w) if have_torch else None
     return res
 
@@ -319,6 +347,9 @@ def profile_rows(p: Profile, res: dict[str, Any]) -> tuple[list[list[Any]], list
     row("warpdeck (defaults)", wd, *first)
     for j in rest:
         more(*j)
+    if "warpdeck_processes" in res:
+        pr = res["warpdeck_processes"]
+        row(f"warpdeck, fill in {len(pr['host_processes'].get('0', []))} processes (diagnostic)", pr)
 
     s = res["serial"]
     ms = "/".join(f"{v * 1e3:.2f}" for v in s["phase_means_s"])
@@ -331,6 +362,8 @@ def profile_rows(p: Profile, res: dict[str, Any]) -> tuple[list[list[Any]], list
         by = "  ".join(f"{k}: {r['batches_s']:.1f}/s busy {r['device_busy']:.2f}" for k, r in dl["by_workers"].items())
         notes.append(f"  dataloader num_workers {by}  (best: {dl['num_workers']})")
     threads = "  ".join(f"lane {k}: fill {v['fill']} sink {v['sink']}" for k, v in wd["host_threads"].items())
+    if wd.get("host_processes"):
+        threads += " (fill in processes)"
     ph = " ".join(f"{k} {v * 1e3:.2f}" for k, v in wd["mean_phase_s"].items())
     st = " ".join(f"{k} {v:.2f}s" for k, v in wd["stall_s"].items() if v) or "none"
     late = " ".join(f"{k} {r['late_batches_s']:.1f}" for k, r in (("serial", s), ("dataloader", dl), ("warpdeck", wd))
