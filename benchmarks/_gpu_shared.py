@@ -19,7 +19,6 @@ are registered as pinned so h2d reads them directly):
 from __future__ import annotations
 
 import multiprocessing as mp
-import statistics
 import time
 from typing import Any
 
@@ -45,34 +44,6 @@ class SharedSlotsCupy(CupyBackend):
         return self.shared_host_buffer(self.arena, nbytes).array
 
 
-def _events(cp: Any, stream: Any, fn: Any, reps: int) -> float:
-    for _ in range(2):
-        fn()
-    stream.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(stream)
-        fn()
-        b.record(stream)
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return statistics.median(times)
-
-
-def _wall(stream: Any, fn: Any, reps: int) -> float:
-    for _ in range(2):
-        fn()
-        stream.synchronize()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        stream.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def copies(cp: Any, backend: CupyBackend, arena: SharedArena, sizes: tuple[int, ...], reps: int) -> dict[str, Any]:
     """GB/s of h2d and d2h for cudaHostAlloc, registered shared and pageable shared buffers."""
     s = cp.cuda.Stream(non_blocking=True)
@@ -85,6 +56,9 @@ def copies(cp: Any, backend: CupyBackend, arena: SharedArena, sizes: tuple[int, 
 
 
 def _copies_of(cp: Any, backend: CupyBackend, arena: SharedArena, s: Any, n: int, reps: int) -> dict[str, Any]:
+    import gpu  # noqa: PLC0415 - gpu.py imports this module: its timers, once it has loaded
+
+    _events, _wall = gpu._event_median, gpu._wall_median
     tag = f"{n >> 20}MiB"
     out: dict[str, Any] = {}
     pinned = np.frombuffer(cp.cuda.alloc_pinned_memory(n), np.uint8, n)
