@@ -1,7 +1,7 @@
 """Telemetry frame size at 1 M tasks and 10 k transitions/s, against the 16 KB an attach over a
 1 Mbit/s link allows (DESIGN.md section 9), and what a frame costs to encode and to decode.
 
-Snapshots come from the synthetic stream (``warpdeck.tui.synthetic.SyntheticRun``: a real
+Snapshots come from the synthetic stream (``tests/support/wd_synthetic.py``: a real
 ``EngineSnapshot`` of 1 000 000 tasks, 10 000 transitions/s over 2 lanes, every 499th task stalled
 and every 997th failed; the control room's benchmark uses the same). Frames are made exactly as the
 plane publishes them: one ``TelemetryFrames`` per run, ``frame(snapshot, control)``, four a second
@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 from _common import print_table, verdict, write_json
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.control.compact import unpack_record
 from warpdeck.engine.control.telemetry import FRAME_BUDGET, TelemetryFrames, snapshot_from
 from warpdeck.engine.control.wire import Telemetry, decode
-from warpdeck.tui.synthetic import SyntheticRun
 
 TASKS = 1_000_000
 TRANSITIONS_S = 10_000

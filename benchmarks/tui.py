@@ -1,7 +1,7 @@
 """Control room responsiveness: key press to repaint, prompt opening, a 100 k-row list's first paint.
 
 The app (``WarpdeckApp`` over a ``StreamLink``) runs headless at 160x48 on a synthetic stream
-(``warpdeck.tui.synthetic``): 1 000 000 known tasks, 10 000 transitions/s, one snapshot every
+(``wd_synthetic`` in tests/support): 1 000 000 known tasks, 10 000 transitions/s, one snapshot every
 0.1 s built on the link's own thread, as the engine's thread would. Targets (DESIGN.md section 9):
 key press to repaint p99 <= 50 ms with that load; a 100 k-row task list's first paint <= 100 ms;
 and (issue 13) ``:`` to the repaint that shows the command line open, p99 <= 50 ms, and a whole
@@ -37,6 +37,7 @@ from textual.app import App
 from textual.keys import _character_to_key
 from textual.screen import Screen
 from textual.widgets import Input
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import EngineSnapshot
 from warpdeck.tui.app import WarpdeckApp
@@ -44,7 +45,6 @@ from warpdeck.tui.board_model import board_rows
 from warpdeck.tui.filtering import TaskFilter
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.messages import SnapshotArrived
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.prompt_bar import PromptBar
 
 SIZE = (160, 48)

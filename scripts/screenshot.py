@@ -4,9 +4,9 @@ screenshot method (``App.save_screenshot``, what ``ctrl+s`` calls) at 160x48.
     .venv/bin/python scripts/screenshot.py [--out docs/control-room.svg]
 
 The picture is the same on every run: the snapshots are a pure function of the seed and the time
-(``warpdeck.tui.synthetic``), they are handed to the app one after another with no clock between
-them (the figures strip's sparkline is one point per snapshot), and the screenshot is taken once
-the board shows the last one.
+(``wd_synthetic``, the tests' own scaffolding in tests/support), they are handed to the app one
+after another with no clock between them (the figures strip's sparkline is one point per
+snapshot), and the screenshot is taken once the board shows the last one.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from pathlib import Path
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.board import BoardScreen
-from warpdeck.tui.synthetic import SyntheticRun
 
 SIZE = (160, 48)
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests" / "support"))
+from wd_synthetic import SyntheticRun  # noqa: E402 - test scaffolding, found once its folder is on the path
+
 #: A run a few minutes in: every column holds tasks, stalls of every kind and failures show.
 TASKS, RATE, SNAPSHOTS, DT, T0 = 200_000, 2_000, 40, 0.5, 40.0
 

@@ -12,6 +12,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.control.compact import expand_keys, key_runs, pack_record, unpack_record
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
@@ -36,7 +37,6 @@ from warpdeck.engine.state.run_events import (
     WorkerGone,
     WorkerWaiting,
 )
-from warpdeck.tui.synthetic import SyntheticRun
 
 _TELEMETRY = frozenset(("telemetry",))
 _BIG = SyntheticRun(1_000_000)  # 10 000 transitions/s: the target's load

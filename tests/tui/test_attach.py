@@ -12,6 +12,7 @@ import pytest
 from textual.widgets._footer import FooterKey
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
+from wd_synthetic import SyntheticRun
 from wd_tui import SIZE, burst, notes, until
 
 from warpdeck.engine.api import LinkView, Pause
@@ -19,7 +20,6 @@ from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.attach import AttachLink, link_words, replay_link, stale_words
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.confirm import ConfirmScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.status_bar import StatusBar
 
 SECRET = b"attach-tui-secret-0123456789"

@@ -18,6 +18,7 @@ import pytest
 from textual.widgets import Static
 from wd_broker import Mosquitto
 from wd_control import EngineThread, slow_spec
+from wd_synthetic import SyntheticRun
 from wd_tmux import TMUX_MARK, Pane
 from wd_tui import SIZE, notes, until
 
@@ -27,7 +28,6 @@ from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.attach import AttachLink
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.workers import WorkersScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.worker_table import WorkerTable
 
 _HEARD = LinkView(True, 3_200.0, 4.0, 0.042, 0.0, 0.1, 0)

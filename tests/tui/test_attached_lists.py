@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 from textual.app import App, ComposeResult
 from wd_screen import screen_text
+from wd_synthetic import SyntheticRun
 from wd_tui import until
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
@@ -19,7 +20,6 @@ from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.board_model import board_rows
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.board import BoardScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.task_list import TaskList
 
 TASKS = 5_000

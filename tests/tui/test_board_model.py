@@ -8,11 +8,11 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 import pytest
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
 from warpdeck.tui.board_model import COLUMNS, COMPACT_COLUMNS, PHASE_COLUMNS, board_rows
 from warpdeck.tui.filtering import TaskFilter
-from warpdeck.tui.synthetic import SyntheticRun
 
 
 def _column(state: int, phase: int, stall: int) -> str | None:

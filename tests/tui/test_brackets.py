@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from wd_screen import screen_text
+from wd_synthetic import SyntheticRun
 from wd_tui import notes, until
 
 from warpdeck.engine.api import EngineSnapshot, TaskFailure
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
-from warpdeck.tui.synthetic import SyntheticRun
 
 PREFIX = "[/data]-"
 ERROR = "OSError: cannot read [/data/cat [bold]7.png] [/]"

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wd_build import spec
 from wd_stages import RecordingSink, SleepySource
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import Cancel, Engine, EngineSnapshot, State, TaskView
 from warpdeck.tui.board_model import COLUMNS, board_rows
-from warpdeck.tui.synthetic import SyntheticRun
 
 TOTAL = 600
 _BASE = SyntheticRun(8, seed=1).snapshot_at(1.0)

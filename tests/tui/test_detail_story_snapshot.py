@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import pytest
 from textual.pilot import Pilot
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import AttemptStory, PhaseTime, StallEpisode, TaskAttempt, TaskDetail
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
-from warpdeck.tui.synthetic import SyntheticRun
 
 SIZES = [(80, 24), (160, 50)]
 SNAPSHOTS = 12

@@ -16,6 +16,7 @@ import re
 import pytest
 from textual.pilot import Pilot
 from wd_screen import matches, parts, same_part, screen_text, shows_count, unmatched_ids
+from wd_synthetic import SyntheticRun
 from wd_tui import until
 
 from warpdeck.engine.api import EngineSnapshot
@@ -23,7 +24,6 @@ from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.board_model import COLUMNS, COMPACT_COLUMNS, board_rows
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.board import BoardScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.task_list import TaskList
 from warpdeck.tui.widgets.worker_table import COLUMNS as WORKER_COLUMNS

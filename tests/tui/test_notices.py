@@ -11,6 +11,7 @@ import pytest
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets._toast import Toast
+from wd_synthetic import SyntheticRun
 from wd_tui import burst, engine_app, note_ids, notes_since, settled, until
 
 from warpdeck.tui.app import WarpdeckApp
@@ -18,7 +19,6 @@ from warpdeck.tui.command_line import ECHO_CELLS
 from warpdeck.tui.fit import ELLIPSIS
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.help import HelpScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.figures_strip import FiguresStrip
 from warpdeck.tui.widgets.key_footer import KeyFooter
 from warpdeck.tui.widgets.prompt_bar import PromptBar

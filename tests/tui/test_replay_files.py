@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from textual.message import Message
 from wd_cli import warpdeck
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import ExitStatus
 from warpdeck.engine.control.telemetry import summarize
 from warpdeck.engine.control.wire import encode
 from warpdeck.tui.attach import replay_link
 from warpdeck.tui.messages import SnapshotArrived, StreamEnded
-from warpdeck.tui.synthetic import SyntheticRun
 
 #: Narrow, so a message that Rich wrapped would come out on two lines.
 COLUMNS = 60

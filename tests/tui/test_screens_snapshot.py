@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import EngineSnapshot, WorkerState
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.messages import SnapshotArrived
-from warpdeck.tui.synthetic import SyntheticRun
 
 SIZE = (140, 40)
 SNAPSHOTS = 12

@@ -44,12 +44,12 @@ async def test_the_highlight_is_a_bar_without_colour_too(monkeypatch) -> None:  
     # NO_COLOR (or a theme whose panel is its background) leaves no background to see: the
     # highlighted row of the list with the keyboard is drawn reversed, a bar in any terminal.
     # Before (issue 29) it was only bold.
+    from wd_synthetic import SyntheticRun
     from wd_tui import until as wait_until
 
     from warpdeck.tui.app import WarpdeckApp
     from warpdeck.tui.link import StreamLink
     from warpdeck.tui.screens.board import BoardScreen
-    from warpdeck.tui.synthetic import SyntheticRun
 
     monkeypatch.setenv("NO_COLOR", "1")
     snap = SyntheticRun(3000, seed=2, batch=8).snapshot_at(3.0, seq=1)

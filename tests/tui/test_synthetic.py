@@ -6,10 +6,10 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+from wd_synthetic import SyntheticRun
 
 from warpdeck.engine.api import EngineSnapshot, Phase, State
 from warpdeck.tui.board_model import board_rows
-from warpdeck.tui.synthetic import SyntheticRun
 
 TIMES = (0.0, 0.05, 0.7, 3.0, 12.0, 40.0, 1000.0)
 

@@ -11,6 +11,7 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.strip import Strip
+from wd_synthetic import SyntheticRun
 from wd_tui import until
 
 from warpdeck.engine.api import EngineSnapshot, State, TaskView
@@ -19,7 +20,6 @@ from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.board_model import board_rows
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.board import BoardScreen
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.widgets.board_column import BoardColumn
 from warpdeck.tui.widgets.task_list import TaskList
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from textual.widgets import Static
+from wd_synthetic import SyntheticRun
 from wd_tui import notes, until
 
 from warpdeck.engine.api import EngineSnapshot, WorkerState, WorkerView
@@ -16,7 +17,6 @@ from warpdeck.tui import app as app_module
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.messages import SnapshotArrived
-from warpdeck.tui.synthetic import SyntheticRun
 from warpdeck.tui.worker_changes import WorkerLog, worker_changes
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from textual.widgets import Static
+from wd_synthetic import SyntheticRun
 from wd_tui import until
 
 from warpdeck.engine.api import ControlView
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import StreamLink
 from warpdeck.tui.screens.workers import control_summary
-from warpdeck.tui.synthetic import SyntheticRun
 
 
 def _view(**kw: object) -> ControlView:
