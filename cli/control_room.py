@@ -58,11 +58,11 @@ def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = N
     app = WarpdeckApp(link, theme=theme, log_path=run_dir / LOG_NAME)
     try:
         app.run(headless=headless)
-        if app.crash is not None and not link.wait(0):
+        if app.crash is not None and not link.engine.wait(0):
             _carry_on_headless(app, link, control)
     finally:
         link.stop()
-    report = link.report
+    report = link.engine.report
     if report is not None and app.stop_signals.received and report.status == "stopped" and not report.stopped_by:
         report = report.model_copy(update={"stopped_by": "signal"})  # SIGTERM or SIGHUP, as headless says
     return report
@@ -71,17 +71,17 @@ def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = N
 def _carry_on_headless(app: WarpdeckApp, link: EngineLink, control: ControlSettings | None) -> None:
     """The app failed while the engine runs: say so, and how to get the control room back."""
     end = time.monotonic() + 3.0  # an app that failed at once: the embedded broker may still be starting
-    while not _broker(snap := link.latest) and control is not None and time.monotonic() < end:
+    while not _broker(snap := link.engine.latest) and control is not None and time.monotonic() < end:
         time.sleep(0.05)
     broker = _broker(snap)
-    pipeline = snap.pipeline if snap is not None else link.spec.name
+    pipeline = snap.pipeline if snap is not None else link.engine.spec.name
     again = (f"attach again with: warpdeck attach {broker} --pipeline {pipeline}" if broker
              else "no control plane to attach through (--broker none)")
     print(f"warpdeck: the control room stopped on an error ({type(app.crash).__name__}; see "
           f"{app.log_path}); the run goes on headless, ctrl+c stops it; {again}", file=sys.stderr, flush=True)
     app.log_crash()
     try:
-        while not link.wait(0.5):
+        while not link.engine.wait(0.5):
             pass
     except KeyboardInterrupt:
         print("warpdeck: interrupted; stopping the run", file=sys.stderr, flush=True)

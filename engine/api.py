@@ -28,6 +28,7 @@ from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatc
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source, open_source
 from warpdeck.engine.engine import Engine
+from warpdeck.engine.hosted import HostedEngine
 from warpdeck.engine.run.torch_stages import torch_stage
 from warpdeck.engine.state.advice import Advice, BackendAdvice
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
@@ -135,6 +136,7 @@ __all__ = [
     "FeederView",
     "Figures",
     "HostThreads",
+    "HostedEngine",
     "InputError",
     "IterableSource",
     "JournalError",

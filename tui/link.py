@@ -1,22 +1,20 @@
 """The only bridge between the control room and an engine.
 
 The decision this module protects: the app never touches the engine. A link delivers snapshots as
-messages (latest wins) and carries typed commands the other way. ``EngineLink`` runs the engine on
-its own thread and event loop, so a slow repaint can never slow the pipeline and a busy engine
-can never freeze the keyboard; ``StreamLink`` plays a ready-made sequence of snapshots (tests,
-benchmarks, replays) and answers commands it cannot carry with a refusal.
+messages (latest wins) and carries typed commands the other way. ``EngineLink`` links the app to an
+engine that the engine's own ``HostedEngine`` runs on a thread and event loop of its own, so a slow
+repaint can never slow the pipeline and a busy engine can never freeze the keyboard; ``StreamLink``
+plays a ready-made sequence of snapshots (tests, benchmarks, replays) and answers commands it
+cannot carry with a refusal.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from textual.message import Message
 
@@ -24,21 +22,17 @@ from warpdeck.engine.api import (
     Backend,
     Command,
     CommandResult,
-    Engine,
     EngineSnapshot,
     ExportSettings,
-    LoopThread,
+    HostedEngine,
     PipelineSpec,
-    RunReport,
     TaskDetail,
-    exporting,
 )
 from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
 
 __all__ = ["EngineLink", "Link", "SentCommand", "StreamLink"]
 
 Post = Callable[[Message], object]
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,147 +85,45 @@ class _Refusals:
 
 
 class EngineLink(_Refusals):
-    """Runs ``Engine(spec, run_dir)`` on a thread of its own and links the app to it."""
+    """Links the app to ``Engine(spec, run_dir)``, hosted on a thread of its own (``HostedEngine``)."""
 
     owns_engine = True
 
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *, backend: Backend | None = None,
                  readonly: bool = False, exports: ExportSettings | None = None, **engine_options: Any) -> None:
         super().__init__(readonly=readonly)
-        #: A trace file and a metrics endpoint written while the engine runs (``--trace``, ``--metrics``).
-        self.exports = exports
-        self.metrics_url: str | None = None
-        self.spec = spec
-        self.run_dir = run_dir
-        self._backend = backend
-        self._engine_options = engine_options
-        self._post: Post | None = None
-        self._startup_error: BaseException | None = None
-        self._stopped: EngineStopped | None = None
-        self._engine: Engine | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = LoopThread("warpdeck-engine", self._serve)
-        self._opened = False
-        self.report: RunReport | None = None
-        self.error = ""
-        journal = engine_options.get("journal")
-        self.journaled = run_dir is not None if journal is None else bool(journal)  # as the engine decides
+        self.engine = HostedEngine(spec, run_dir, backend=backend, exports=exports, **engine_options)
+        """The engine and its thread: its report, its error, its newest snapshot, waiting for its end."""
+        self.journaled = self.engine.journaled
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the engine's metrics endpoint serves (``--metrics``), None without one."""
+        return self.engine.metrics_url
 
     def open(self) -> None:
         """Start the engine on its own thread and wait until it runs; re-raises what stopped it
         from starting (a bad run directory, a backend that is not there)."""
-        if self._opened:
-            return
-        self._opened = True
-        self._thread.start()
-        self._ready.wait()
-        if self._startup_error is not None:
-            raise self._startup_error
+        self.engine.open()
 
     def start(self, post: Post) -> None:
         self.open()
-        self._post = post
-        if self._engine is not None and self._engine.publisher.latest is not None:
-            post(SnapshotArrived(self._engine.publisher.latest))
-        if self._stopped is not None:
-            post(self._stopped)
-
-    def _deliver(self, message: Message) -> None:
-        if self._post is not None:
-            self._post(message)
-
-    async def _serve(self, stopping: asyncio.Event) -> None:
-        try:
-            await self._run(stopping)
-        except BaseException as exc:  # noqa: BLE001 - whatever killed the engine goes to the screen, not to stderr
-            if not self._ready.is_set():
-                self._startup_error = exc
-            self.error = "".join(traceback.format_exception(exc))
-        finally:
-            self._ready.set()
-            self._stopped = EngineStopped(self.report, self.error)
-            self._deliver(self._stopped)
-
-    async def _run(self, stopping: asyncio.Event) -> None:
-        self._loop = asyncio.get_running_loop()
-        engine = Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options)
-        with exporting(self.exports, engine.events, engine.publisher, self.spec.name) as out:
-            self.metrics_url = out.metrics_url
-            await self._run_engine(engine, stopping)
-
-    async def _run_engine(self, engine: Engine, stopping: asyncio.Event) -> None:
-        async with engine:
-            self._engine = engine
-            engine.publisher.subscribe(lambda snap: self._deliver(SnapshotArrived(snap)))
-            self._ready.set()
-            run = asyncio.create_task(engine.wait())
-            stop = asyncio.create_task(stopping.wait())
-            try:
-                await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop.cancel()
-                run.cancel()  # stopped by the user: the engine writes its report as it closes, read below
-                with contextlib.suppress(asyncio.CancelledError):
-                    self.report = await run
-        self.report = self.report or engine.report
-
-    async def _call(self, fn: Callable[[Engine], _T]) -> _T:
-        assert self._loop is not None and self._engine is not None, "start the link first"
-        engine = self._engine
-
-        async def call() -> _T:
-            return fn(engine)
-
-        coro = call()
-        try:
-            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        except RuntimeError:  # the loop is closed
-            coro.close()
-            raise
-        return await asyncio.wrap_future(fut)
+        self.engine.watch(lambda snap: post(SnapshotArrived(snap)),
+                          lambda report, error: post(EngineStopped(report, error)))
 
     async def send(self, cmd: Command) -> CommandResult:
         refused = self.refuse(cmd)
         if refused is not None:
             return refused
-        if self._engine is None or self._loop is None or self._loop.is_closed():
-            result = CommandResult(False, 0, "the engine has stopped")
-        else:
-            engine = self._engine
-            fut = asyncio.run_coroutine_threadsafe(engine.command(cmd), self._loop)
-            result = await asyncio.wrap_future(fut)
+        result = await self.engine.command(cmd)
         self.sent.append(SentCommand(cmd, result))
         return result
 
     async def detail(self, key: str) -> TaskDetail | None:
-        engine, loop = self._engine, self._loop
-        if engine is None:
-            return None
-        if engine.report is None and loop is not None and not loop.is_closed():
-            try:
-                return await self._call(lambda e: e.task_detail(key))
-            except RuntimeError:  # the engine's loop closed in between
-                pass
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # we were cancelled, not the engine's loop ended
-        # The run is over: its table no longer changes and answers from any thread (the journal for
-        # tasks an earlier run finished).
-        return await asyncio.to_thread(engine.task_detail, key)
-
-    @property
-    def latest(self) -> EngineSnapshot | None:
-        """The engine's newest snapshot, whether or not the app has seen it."""
-        return self._engine.publisher.latest if self._engine is not None else None
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the engine's run is over (at most ``timeout`` s); True if it is."""
-        return self._thread.join(timeout)
+        return await self.engine.task_detail(key)
 
     def stop(self) -> None:
-        self._thread.stop(10)
+        self.engine.stop()
 
 
 class StreamLink(_Refusals):

@@ -23,7 +23,7 @@ async def test_detail_answers_after_the_run_has_ended() -> None:
     link.start(lambda m: stopped.set() if isinstance(m, EngineStopped) else None)
     try:
         assert await asyncio.to_thread(stopped.wait, 60), "the run never ended"  # off the loop: it stays free
-        assert link.report is not None and link.report.counts.done == 40
+        assert link.engine.report is not None and link.engine.report.counts.done == 40
         done = await link.detail("syn-00000003")
         assert done is not None and (done.state, done.attempt) == ("done", 1)
         assert await link.detail("syn-00000040") is None
