@@ -6,9 +6,9 @@ The decisions this module protects:
 - Five parts run an event loop on a thread of their own (a hosted engine, the control plane, each
   heartbeater, the embedded broker, an attached control room's client), so that neither their work
   nor the engine's delays the other. ``LoopThread`` is that thread, written once: ``main(stopping)``
-  runs on it until it returns; ``stop()`` from any thread, before or after the loop started, sets ``stopping`` and waits; whatever ``main`` raises is kept (``error``) and logged
-  with its traceback (the run log), never lost with the thread; a thread that outlives the wait for
-  it says so.
+  runs on it until it returns; ``stop()`` from any thread, before or after the loop started, sets
+  ``stopping`` and waits; whatever ``main`` raises is kept (``error``) and logged with its traceback
+  (the run log), never lost with the thread; a thread that outlives the wait for it says so.
 - aiomqtt sets a lost connection's exception on a future (``Client._disconnected``) that only its
   message iterator reads; a loop that leaves by another way (a publish that failed first, a stop)
   never reads it, and asyncio prints "Future exception was never retrieved" with the error on
