@@ -210,7 +210,7 @@ class PipelineActions(_Base):
         await self.set_depth(self._as_told("depth", snap.lanes[0].depth) + step, clamp=True)
 
     async def set_depth(self, depth: int, *, clamp: bool = False) -> None:
-        """Set every lane's prefetch depth (``clamp``: to the nearest allowed, as + and - do)."""
+        """Set every lane's slot depth (``clamp``: to the nearest allowed, as + and - do)."""
         snap = self.snapshot
         old = self._as_told("depth", snap.lanes[0].depth) if snap is not None and snap.lanes else None
         if clamp:
@@ -219,7 +219,7 @@ class PipelineActions(_Base):
             self.notify(f"depth {depth}: it must be {DEPTH_MIN}..{DEPTH_MAX}", severity="warning")
             return
         if depth == old and clamp:  # + or - at the end of the range (``:depth N`` still turns auto off)
-            self.notify(f"prefetch depth stays {old} (range {DEPTH_MIN}..{DEPTH_MAX})", severity="warning")
+            self.notify(f"slot depth stays {old} (range {DEPTH_MIN}..{DEPTH_MAX})", severity="warning")
             return
         undo = Undoable(SetDepth(depth=old), f"depth back to {old}") if old is not None else None
         if await self.send(SetDepth(depth=depth), undo=undo):

@@ -1,4 +1,4 @@
-"""Undo for reversible actions: pause, resume, a prefetch-depth change, quarantine and release.
+"""Undo for reversible actions: pause, resume, a slot-depth change, quarantine and release.
 
 The decision this module protects: only an action whose inverse is itself a command can be undone
 (cancel and drain cannot: cancelled work is gone), and the undo says what it restored, in the

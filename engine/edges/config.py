@@ -305,7 +305,7 @@ class PipelineSpec(_Model):
     retry: RetrySpec = RetrySpec()
     """Retry policy."""
     feeder: FeederSpec = FeederSpec()
-    """Ready-queue watermarks and automatic prefetch depth."""
+    """Ready-queue watermarks and automatic slot depth."""
     host: HostSpec = HostSpec()
     """Threads for loading and writing (fill and sink), per lane: pinned or tuned."""
     batch_timeout_s: float = Field(default=0.05, ge=0)

@@ -322,7 +322,7 @@ def _snapshot_families(p: str, s: EngineSnapshot) -> Iterable[Metric]:
                  ("lane", "phase"), [((str(lane), ph), v) for lane, by_phase in sorted(f.occupancy.items())
                                      for ph, v in by_phase.items()], unit="ratio")
     lanes = sorted(s.lanes, key=lambda ln: ln.id)
-    yield _gauge(p, "warpdeck_lane_slots", "Each lane's slot-ring depth (batches in flight).", ("lane",),
+    yield _gauge(p, "warpdeck_lane_slots", "Each lane's slot depth (batches in flight).", ("lane",),
                  [((str(ln.id),), ln.depth) for ln in lanes])
     yield _gauge(p, "warpdeck_lane_host_threads", "Each lane's threads loading inputs (fill), writing outputs (sink).",
                  ("lane", "phase"), [row for ln in lanes for row in (((str(ln.id), "fill"), ln.fill_workers),

@@ -89,14 +89,14 @@ class CommandHandler:
             case SetDepth():
                 lanes = [lane for lane in s.lanes if cmd.lane is None or lane.id == cmd.lane]
                 if not s.auto_depth and lanes and all(lane.depth == cmd.depth for lane in lanes):
-                    return CommandResult(True, 0, f"prefetch depth is already {cmd.depth}", changed=False)
+                    return CommandResult(True, 0, f"slot depth is already {cmd.depth}", changed=False)
                 s.auto_depth = False
                 for lane in s.lanes:
                     if cmd.lane is None or lane.id == cmd.lane:
                         lane.set_depth(cmd.depth)
                 threads = sorted({(ln.workers(Phase.FILL), ln.workers(Phase.SINK)) for ln in s.lanes})
                 held = ", ".join(f"fill {f} sink {k}" for f, k in threads)
-                return CommandResult(True, 0, f"prefetch depth {cmd.depth} (auto depth off; threads {held}, "
+                return CommandResult(True, 0, f"slot depth {cmd.depth} (auto depth off; threads {held}, "
                                               f"still tuned within {cmd.depth - 2} slots)")
 
     def _requeue_stalled(self) -> CommandResult:

@@ -86,7 +86,7 @@ _SLOT_STATE: dict[Phase, SlotState] = {
 
 
 class Lane:
-    """One pipeline instance on a device: a slot ring of depth k and five ordered streams."""
+    """One pipeline instance on a device: a ring of ``slot_depth`` slots and five ordered streams."""
 
     def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
                  sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,

@@ -30,7 +30,7 @@ class BatchJob:
     lane: int
     key: BatchKey
     inputs: npt.NDArray[Any] | None
-    #: The lane's slot ring depth the engine asks for (the auto-tuner's choice).
+    #: The lane's slot depth the engine asks for (the auto-tuner's choice).
     depth: int
     #: Shared data: each task's key and handle (an index, a path, a row's place), no data.
     items: tuple[TaskInput, ...] = ()

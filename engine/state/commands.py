@@ -73,7 +73,7 @@ class RequeueStalled(_Cmd):
 
 
 class SetDepth(_Cmd):
-    """Set the slot-ring depth (prefetch depth) of every lane, or of one; turns auto off."""
+    """Set the slot depth (the slot ring's length) of every lane, or of one; turns auto off."""
 
     kind: Literal["set_depth"] = "set_depth"
     depth: int = Field(ge=DEPTH_MIN, le=DEPTH_MAX)

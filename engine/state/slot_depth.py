@@ -3,8 +3,9 @@
 The depth is how many batches a lane holds in flight, each in a slot of its own (two: double
 buffering, the host fills one slot while the device computes on the other). The spec calls it
 ``slot_depth`` (and the most the tuner may grow it, ``[feeder] max_depth``), the ``SetDepth``
-command and ``:depth`` set it, and the control room shows it as the prefetch depth: the same
-number. Every bound on it, in the spec, the command and the room's keys, is these two.
+command and ``:depth`` set it, and the control room, the report and the metrics call it the slot
+depth (never prefetch or ring depth). Every bound on it, in the spec, the command and the room's
+keys, is these two.
 """
 
 from __future__ import annotations

@@ -120,5 +120,5 @@ async def test_a_command_that_changes_nothing_says_so_and_is_marked_unchanged() 
             (True, True), (True, True), (True, False)]
         assert [answers[i].message for i in (0, 2, 4, 6, 9)] == [
             "not paused: nothing to resume", "already paused", f"worker {wid} is not quarantined",
-            f"worker {wid} is already quarantined", "prefetch depth is already 5"]
+            f"worker {wid} is already quarantined", "slot depth is already 5"]
         assert (await eng.wait()).counts.done == 400

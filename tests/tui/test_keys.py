@@ -108,7 +108,7 @@ async def test_depth_up_down_and_undo(tmp_path: Path) -> None:
         if depth > 2:
             await until(pilot, lambda: commands(link)[-1:] == [SetDepth(depth=depth - 1)])
         else:  # already at the floor: refused on the spot (the warning says so), nothing sent
-            await until(pilot, lambda: any("prefetch depth stays" in n for n in notes(app)))
+            await until(pilot, lambda: any("slot depth stays" in n for n in notes(app)))
             assert len(link.sent) == 2
 
 

@@ -76,7 +76,7 @@ async def test_toasts_stand_clear_of_the_figures_strip_and_the_footer_at_80x24(o
         if over == "help":
             burst(app, "?")
             await until(pilot, lambda: isinstance(app.screen, HelpScreen))
-        for words in ("frozen: f follows again", "no worker 'nope'; workers: vm.cpu", "prefetch depth 9 " * 4):
+        for words in ("frozen: f follows again", "no worker 'nope'; workers: vm.cpu", "slot depth 9 " * 4):
             app.notify(words)
         await until(pilot, lambda: len(app.screen.query(Toast)) == 3 and all(t.region for t in app.screen.query(Toast)))
         strip, footer = board.query_one(FiguresStrip).region, board.query_one(KeyFooter).region

@@ -65,7 +65,7 @@ def test_a_command_typed_in_one_burst_at_120x40(tmp_path: Path) -> None:
         pane.wait_for("● running")
         pane.wait_for("compute")
         pane.keys(":depth 5", "Enter")  # one send-keys: the keys arrive in one burst
-        pane.wait_for("prefetch depth 5")
+        pane.wait_for("slot depth 5")
         assert "Drain" not in pane.text()
         pane.keys(":worker nope", "Enter")
         pane.wait_for("no worker 'nope'")

@@ -40,7 +40,7 @@ def test_escape_and_colon_sent_at_once_open_the_command_prompt(tmp_path: Path) -
         pane.keys("M-:")  # ESC and ":" in one write, as tmux hands on an escape typed just before ":"
         pane.wait_for("tab or → completes")
         pane.keys("depth 7", "Enter")
-        pane.wait_for("prefetch depth 7")
+        pane.wait_for("slot depth 7")
         _quit(pane)
     finally:
         pane.close()
