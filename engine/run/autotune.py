@@ -241,7 +241,7 @@ class Autotuner:
     def _threads(self, lane: LaneLike, phase: Phase) -> HostThreads:
         now = lane.workers(phase)
         peak = max(now, self.peak.get((lane.id, phase), 0))
-        procs = phase is Phase.FILL and (self.fill_processes or bool(getattr(lane, "fill_in_processes", False)))
+        procs = phase is Phase.FILL and (self.fill_processes or lane.fill_in_processes)
         if phase in self.pinned:
             return HostThreads(now, peak, "pinned", procs)
         if (lane.id, phase) in self.saturated:

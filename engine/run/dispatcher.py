@@ -263,8 +263,7 @@ class Dispatcher:
             ok = ok[1:]  # the lane's first batch carries its warm-up, not its steady cost
         if len(ok) < _TUNE_MIN_RECORDS:
             return
-        warming = getattr(lane, "warming", None)
-        if warming is not None and warming(ok[0].start):
+        if lane.warming(ok[0].start):
             # A fill worker process started during this window: its fills queued for fewer workers
             # than the tuner set, and judged now, the workers it just added would be taken back
             # (run 7 on 16 cores stopped at 1 where 8 ran 5x faster). The next window judges.
@@ -275,15 +274,13 @@ class Dispatcher:
         self._tune_clock[lane.id] = (wall, cpu)
         s.tuner.process_cores = (cpu - c0) / (wall - w0) if wall > w0 and c0 else 0.0
         now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK),
-                           bool(getattr(lane, "fill_in_processes", False)))
+                           lane.fill_in_processes)
         used = sum(ln.nbytes for ln in s.lanes)
         new = s.tuner.decide(lane.id, now, measure_window(ok), lane.slot_bytes, used, tune_depth=s.auto_depth)
         if new.depth != now.depth:
             lane.set_depth(new.depth)
         if new.fill_processes != now.fill_processes:
-            switch = getattr(lane, "set_fill_processes", None)
-            if switch is not None:
-                switch(new.fill_processes)
+            lane.set_fill_processes(new.fill_processes)
         for phase in (Phase.FILL, Phase.SINK):
             if new.workers(phase) != now.workers(phase):
                 lane.set_workers(phase, new.workers(phase))

@@ -52,6 +52,21 @@ class LaneLike(Protocol):
         """Run the host phase ``phase`` on ``workers`` threads (the autotuner's choice)."""
         ...
 
+    @property
+    def fill_in_processes(self) -> bool:
+        """Its fills run in worker processes now (``host.fill_pool``)."""
+        ...
+
+    def set_fill_processes(self, on: bool) -> None:
+        """Move its fill to worker processes, or back to its threads (the autotuner's choice); a
+        lane that cannot keeps its threads."""
+        ...
+
+    def warming(self, since: float) -> bool:
+        """Whether a fill worker process of its was starting at some time after ``since`` (a window
+        of fills that waited for a start is not judged)."""
+        ...
+
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches it holds (any thread)."""
         ...

@@ -34,12 +34,13 @@ from warpdeck.engine.backends.base import (
 )
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import Source
+from warpdeck.engine.run.lane_fill import LaneFill
 from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
 from warpdeck.engine.run.process_fill import ProcessFill
 from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
-from warpdeck.engine.state.batches import Batch, BatchKey, TaskInput
+from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
 from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
 from warpdeck.engine.state.task_states import Phase, StallReason
@@ -99,18 +100,12 @@ class Lane:
         self.source = source
         self.sink = sink
         self.plan_for = plan_for
-        #: Where fills run in worker processes (``host.fill_pool = "processes"``, or the tuner's
-        #: choice under "auto"): their pool and the shared buffers they write. None: fills run on
-        #: the fill threads themselves.
-        self.fill_processes = fill_processes
-        #: Makes ``fill_processes`` when the tuner moves the fill there (``fill_pool = "auto"``).
-        self._make_fill_processes = make_fill_processes
-        self._in_processes = fill_processes is not None
+        self.fill = LaneFill(backend, source, fill_processes, make_fill_processes)
+        """Where fills run: on the fill threads, or in worker processes (``host.fill_pool``)."""
         self.streams: StreamSet = backend.streams(lane_id)
         self.streams.resize(Phase.FILL, fill_workers)
         self.streams.resize(Phase.SINK, sink_workers)
-        if fill_processes is not None:
-            fill_processes.resize(fill_workers)
+        self.fill.resize(fill_workers)
         if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
             depth = max(depth, fill_workers + 2, sink_workers + 2)
         self.ring: list[Slot] = [Slot(i) for i in range(depth)]
@@ -150,37 +145,21 @@ class Lane:
         if phase not in HOST_PHASES:
             raise ValueError(f"{phase.name.lower()} is a device phase: it runs in order on one stream")
         workers = self.streams.resize(phase, workers)
-        if phase is Phase.FILL and self.fill_processes is not None and self._in_processes:
-            self.fill_processes.resize(workers)  # one worker process per fill thread
+        if phase is Phase.FILL:
+            self.fill.resize(workers)  # one worker process per fill thread, where they run
 
     @property
     def fill_in_processes(self) -> bool:
         """Fills run in worker processes now."""
-        return self._in_processes
+        return self.fill.in_processes
 
     def set_fill_processes(self, on: bool) -> None:
-        """Move the fill to worker processes (one per fill thread), or back to the threads for good
-        (``fill_pool = "auto"``). Batches already filling finish where they are; slots take shared
-        buffers as they are next filled, and keep them (threads write shared memory as well)."""
-        if on == self._in_processes:
-            return
-        if on:
-            if self.fill_processes is None and self._make_fill_processes is not None:
-                self.fill_processes = self._make_fill_processes()
-            if self.fill_processes is None:
-                return
-            self.fill_processes.resize(self.workers(Phase.FILL))
-            self.fill_processes.start()
-            self._in_processes = True
-        else:
-            self._in_processes = False
-            if self.fill_processes is not None:
-                self.fill_processes.stop()
+        """Move the fill to worker processes (one per fill thread), or back to the threads for good."""
+        self.fill.switch(on, self.workers(Phase.FILL))
 
     def warming(self, since: float) -> bool:
-        """Whether a fill worker process was starting at some time after ``since`` (``Dispatcher``
-        does not tune from such a window: its fills waited for the start)."""
-        return self._in_processes and self.fill_processes is not None and self.fill_processes.warming(since)
+        """Whether a fill worker process was starting at some time after ``since``."""
+        return self.fill.warming(since)
 
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
@@ -204,9 +183,8 @@ class Lane:
             a, b, c, d = (buf.holder if not buf.release.done() else -1 for buf in sl.buffers())
             state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
             slots.append(SlotView(sl.index, state, (a, b, c, d)))
-        processes = self.fill_processes.views() if self.fill_processes is not None and self._in_processes else ()
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
-                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), processes)
+                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), self.fill.views())
 
     def _next_slot(self) -> Slot:
         slot = self.ring[self._ptr % len(self.ring)]
@@ -220,24 +198,11 @@ class Lane:
             self.reallocations += 1
         b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
         b.cap = nbytes
-        b.shared = None  # outgrown: the old shared buffer stays in its arena until the lane closes
-
-    def _ensure_shared(self, b: Buffer, nbytes: int, fill: ProcessFill) -> None:
-        """``_ensure`` for a pinned input that worker processes write: shared memory, by name."""
-        if b.cap >= nbytes and b.shared is not None:
-            return
-        if b.cap:
-            self.reallocations += 1
-        if b.shared is not None:
-            fill.release(b.shared)  # free: the batch that last used it is past its h2d
-        b.shared = fill.buffer(nbytes)
-        b.buf, b.cap = b.shared.array, nbytes
 
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Process batches until the host has none; then wait for every batch in flight."""
-        if self.fill_processes is not None and self._in_processes:
-            self.fill_processes.start()  # interpreters start while the first batch is formed
+        self.fill.start()
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._front(), name=f"lane{self.id}-front")
@@ -254,9 +219,8 @@ class Lane:
             # as they would have; the rest give up.
             self.streams.abandon()
             try:
-                if self.fill_processes is not None:
-                    # A fill waiting on a worker would hold the close below for up to its deadline.
-                    await asyncio.to_thread(self.fill_processes.stop)
+                # A fill waiting on a worker would hold the close below for up to its deadline.
+                await self.fill.stop()
                 # Whatever ended the lane, no stream job may wait forever on a release.
                 for item in self._inflight.values():
                     free(item.sink_release)
@@ -269,10 +233,9 @@ class Lane:
                         free(b.release)
                 await asyncio.to_thread(self.streams.close)
             finally:
-                if self.fill_processes is not None:
-                    # No stream uses a shared buffer any more (or the lane was cancelled while
-                    # closing): the workers stop and the shared memory goes, whatever happened.
-                    self.fill_processes.close()
+                # No stream uses a shared buffer any more (or the lane was cancelled while
+                # closing): the workers stop and the shared memory goes, whatever happened.
+                self.fill.close()
 
     async def _front(self) -> None:
         """Take a free slot, then a batch, and queue its fill: the fill stream always has the
@@ -303,11 +266,9 @@ class Lane:
         in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
-        processes = self.fill_processes if self._in_processes else None
-        if processes is None:
-            self._ensure(slot.host_in, in_bytes, device=False)
-        else:
-            self._ensure_shared(slot.host_in, in_bytes, processes)
+        if self.fill.input_buffer(slot.host_in, in_bytes):
+            self.reallocations += 1
+        load = self.fill.loader(slot.host_in)
         host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
         slot.newest, slot.newest_phase = batch.id, Phase.FILL
         slot.host_in.holder = batch.id
@@ -315,14 +276,6 @@ class Lane:
         release = pending_marker(Phase.H2D)
         slot.host_in.release = release
         items = batch.items
-        if processes is None:
-            load = self.source.load
-        else:
-            shared = slot.host_in.shared
-            assert shared is not None
-
-            def load(items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:
-                return processes.load(shared, items, out)
         fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(load, items, host_in))
         release.held_by = (fill_m,)
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)

@@ -122,6 +122,17 @@ class RayLane:
     def set_workers(self, phase: Phase, workers: int) -> None:
         self.streams.resize(phase, workers)
 
+    @property
+    def fill_in_processes(self) -> bool:
+        """The engine's side of a Ray lane loads on its threads: the actor does the heavy loading."""
+        return False
+
+    def set_fill_processes(self, on: bool) -> None:
+        """Stays on threads (see ``fill_in_processes``)."""
+
+    def warming(self, since: float) -> bool:
+        return False
+
     def inflight_ids(self) -> tuple[int, ...]:
         return tuple(self._out)
 

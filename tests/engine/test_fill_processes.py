@@ -120,7 +120,7 @@ async def test_a_worker_killed_mid_batch_loses_nothing_and_writes_nothing_twice(
     sink = None if parquet else Counting()
     killed: list[int] = []
     async with Engine(s, sink=sink, run_dir=tmp_path / "run") as eng:
-        pool = eng.state.lanes[0].fill_processes.pool  # type: ignore[attr-defined]
+        pool = eng.state.lanes[0].fill.processes.pool  # type: ignore[attr-defined]
         await until(lambda: len(pool.pids()) == 2, 30, "two workers")
         await asyncio.sleep(rng.uniform(0.05, 0.6))
         victim = rng.choice(pool.pids())
@@ -148,7 +148,7 @@ async def test_a_worker_past_its_deadline_is_killed_and_its_batch_tried_again(tm
     t = time.monotonic()
     async with Engine(spec("wd_fill:load_hang_once", process_deadline_s=1.0), sink=sink) as eng:
         report = await asyncio.wait_for(eng.wait(), 60)
-        pool = eng.state.lanes[0].fill_processes.pool  # type: ignore[attr-defined]
+        pool = eng.state.lanes[0].fill.processes.pool  # type: ignore[attr-defined]
         detail = eng.task_detail("t00005")
     assert report.counts.done == 320 and time.monotonic() - t < 30
     hung_pid = int((tmp_path / "hung").read_text())
@@ -167,10 +167,10 @@ def test_a_sigkilled_engine_leaves_no_worker_and_its_memory_is_reaped(tmp_path: 
             "host": {"fill_pool": "processes", "fill_workers": 2}})
         async def main():
             async with Engine(spec) as eng:
-                pool = eng.state.lanes[0].fill_processes.pool
-                while len(pool.pids()) < 2 or eng.state.lanes[0].fill_processes._arena is None:
+                pool = eng.state.lanes[0].fill.processes.pool
+                while len(pool.pids()) < 2 or eng.state.lanes[0].fill.processes._arena is None:
                     await asyncio.sleep(0.01)
-                print(*pool.pids(), eng.state.lanes[0].fill_processes._arena.path, flush=True)
+                print(*pool.pids(), eng.state.lanes[0].fill.processes._arena.path, flush=True)
                 await asyncio.sleep(600)
         asyncio.run(main())
     """)
