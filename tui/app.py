@@ -109,7 +109,7 @@ class WarpdeckApp(CommandMode, App[int]):
         """Every worker change notified in this room (the workers screen lists the latest)."""
         self.keys_seen = 0
         """Key presses so far: the board holds its snapshot parts back from a key's frame."""
-        self.readonly_note = getattr(link, "label", "") or ("read-only" if link.readonly else "")
+        self.readonly_note = link.label or ("read-only" if link.readonly else "")
         self.keygate = KeyGate(self, self._route_input)
 
     # -- what may run now --------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class WarpdeckApp(CommandMode, App[int]):
     def command_refusal(self) -> str | None:
         """Why this room cannot command its engine now (read-only, or the run over), or None."""
         if self.link.readonly:
-            return getattr(self.link, "readonly_reason", "read-only: commands are off")
+            return self.link.readonly_reason
         snap = self.snapshot
         if self.stopped is not None or (snap is not None and (snap.finished or snap.status == "stopped")):
             return "the run has ended: there is nothing to command"
@@ -221,7 +221,7 @@ class WarpdeckApp(CommandMode, App[int]):
             self.notify(str(error), title="theme file skipped", severity="warning", timeout=10)
         self._lay_out_screens()
         self.link.start(self.post_message)
-        if (metrics := getattr(self.link, "metrics_url", None)) is not None:  # --metrics: where to scrape
+        if (metrics := self.link.metrics_url) is not None:  # --metrics: where to scrape
             self.notify(metrics, title="metrics", timeout=10)
         self.set_interval(QuietCollector.CHECK_S, self.collector.tick, name="quiet-collector")
 
@@ -300,7 +300,7 @@ class WarpdeckApp(CommandMode, App[int]):
             self.refresh_bindings()
 
     def on_stream_ended(self, _message: StreamEnded) -> None:
-        label = getattr(self.link, "label", "")
+        label = self.link.label
         if label:  # a replay at the end of its file: it stays on screen, and says it has ended
             self.readonly_note = f"{label} · end of recording"
 

@@ -53,6 +53,14 @@ class Link(Protocol):
     owns_engine: bool
     #: True when the engine keeps a journal, so a stopped run resumes where it stopped.
     journaled: bool
+    #: Why commands are off, in words the room shows, when ``readonly``.
+    readonly_reason: str
+    #: What the room says it shows, beside the status (a replay and its speed); "" for none.
+    label: str
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the engine's metrics endpoint serves (``--metrics``), None without one."""
 
     def start(self, post: Post) -> None:
         """Begin delivering messages through ``post`` (thread-safe)."""
@@ -75,6 +83,11 @@ class _Refusals:
     sent: list[SentCommand] = field(default_factory=list)
     #: Why commands are off, in words the room shows (``read-only: no command secret …``).
     readonly_reason: str = "read-only: commands are off"
+    label: str = ""
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None
 
     def refuse(self, cmd: Command) -> CommandResult | None:
         if self.readonly:
