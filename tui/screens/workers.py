@@ -6,6 +6,10 @@ time of each, so a notification missed is not lost; the list takes no room until
 An attached room that no longer hears its engine (``tui/attach.py``, ``unheard_words``) does not
 say ``● connected`` or ``online``: the broker's connection, the workers' states and the monitor's
 lag read unknown, with why and what they were last seen as, until telemetry comes again.
+
+The host pools follow (``host_pools_text``): each lane's fill and sink threads, or, where the fill
+runs in worker processes (``[host] fill_pool``), each process with its pid, its share of time busy
+and the batches it loaded, so an operator can find a busy or stuck loader with ``top -p``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from textual.binding import BindingType
 from textual.widgets import Static
 from textual.widgets.data_table import RowDoesNotExist
 
-from warpdeck.engine.api import ControlView, EngineSnapshot
+from warpdeck.engine.api import ControlView, EngineSnapshot, LaneView
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.attach import unheard_words
 from warpdeck.tui.keymap import bindings
@@ -30,7 +34,7 @@ from warpdeck.tui.widgets.prompt_bar import PromptBar
 from warpdeck.tui.widgets.status_bar import StatusBar
 from warpdeck.tui.widgets.worker_table import WorkerTable
 
-__all__ = ["WorkersScreen", "control_summary"]
+__all__ = ["WorkersScreen", "control_summary", "host_pools_text"]
 
 
 def control_summary(view: ControlView | None, unheard: str | None = None) -> str:
@@ -65,6 +69,35 @@ def control_summary(view: ControlView | None, unheard: str | None = None) -> str
     return "  ·  ".join(parts)
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def _lane_ids(ids: list[int]) -> str:
+    if len(ids) == 1:
+        return f"lane {ids[0]}"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"lanes {ids[0]}-{ids[-1]}"
+    return "lanes " + ",".join(map(str, ids))
+
+
+def host_pools_text(lanes: tuple[LaneView, ...]) -> str:
+    """Each lane's host pools, a line each: ``lane 0 · fill 4 processes: pid 4312 62% 118 batches,
+    … · sink 2 threads``. Lanes that fill on threads alike share one line (``lanes 0-7 · …``)."""
+    lines: list[str] = []
+    alike: dict[tuple[int, int], list[int]] = {}
+    for lane in lanes:
+        if lane.fill_processes:
+            procs = ", ".join(f"pid {p.pid} {p.busy_share:.0%} {p.batches:,} batches" for p in lane.fill_processes)
+            lines.append(f"lane {lane.id} · fill {len(lane.fill_processes)} processes: {procs} · "
+                         f"sink {_threads(lane.sink_workers)}")
+        else:
+            alike.setdefault((lane.fill_workers, lane.sink_workers), []).append(lane.id)
+    threaded = [f"{_lane_ids(ids)} · fill {_threads(fill)} · sink {_threads(sink)}"
+                for (fill, sink), ids in alike.items()]
+    return "\n".join(threaded + lines)
+
+
 class WorkersScreen(MainScreen):
     """One row per worker, updated in place."""
 
@@ -76,6 +109,7 @@ class WorkersScreen(MainScreen):
     /* Wraps rather than being cut: on a narrow terminal it takes two or three lines. */
     WorkersScreen #control-summary { height: auto; }
     WorkersScreen #worker-log { height: auto; padding: 0 1; color: $text-muted; }
+    WorkersScreen #host-pools { height: auto; }
     """
 
     #: Worker changes listed under the summaries, newest last (all of them are in ``app.worker_log``).
@@ -84,6 +118,7 @@ class WorkersScreen(MainScreen):
     def __init__(self) -> None:
         super().__init__(name="workers")
         self._control = ""
+        self._pools = ""
         self._logged = 0
 
     def compose(self) -> ComposeResult:
@@ -91,6 +126,7 @@ class WorkersScreen(MainScreen):
         yield AlertBanner()
         yield Static("", classes="summary", id="workers-summary")
         yield Static("", classes="summary", id="control-summary")
+        yield Static("", classes="summary", id="host-pools")
         log = Static("", id="worker-log")
         log.display = False
         yield log
@@ -123,6 +159,10 @@ class WorkersScreen(MainScreen):
         if control != self._control:  # an update lays out the line: only when it reads differently
             self._control = control
             self.query_one("#control-summary", Static).update(Text(control))  # a broker's error text: no markup
+        pools = host_pools_text(snap.lanes)
+        if pools != self._pools:
+            self._pools = pools
+            self.query_one("#host-pools", Static).update(Text(pools))
         log = warpdeck_app(self).worker_log
         if log.said != self._logged:  # only when a change was added: the list is laid out anew
             self._logged = log.said
