@@ -33,6 +33,12 @@ the first compute's start to the last one's end (warpdeck: ``report.device_busy`
 balanced, jittery and load-bound, >= 0.90 on sink-bound; rate >= 0.97 of the bound balanced, >= 0.95
 jittery, >= 0.90 of the core-aware bound decode-bound; ahead of the best DataLoader everywhere.
 
+How fast the tuner gets there (issue 31, item 5: 95 % of the run's final steady rate within 2 s or
+20 batches, whichever is later): the final steady rate is the second half's; warpdeck has reached
+95 % of it at the first batch from which the rest of the run, to its last batch, kept at least that
+rate (a burst of batches right after the tuner adds threads does not count), timed from the
+engine's start (before ``Engine`` is made) and counted in batches done before it.
+
     python benchmarks/overlap.py [--quick] [--batches N] [--profiles a,b] [--json PATH]
 """
 
@@ -63,6 +69,7 @@ LOAD_S, COMPUTE_S, SINK_S = 0.010, 0.010, 0.002
 SLOW_S = 0.030  # the slow phase of load-, sink- and decode-bound: 3x compute
 DL_WORKERS = (1, 2, 4, 8)
 SHARED_LOAD = 1.5  # load average above which the figures are marked as taken on a shared machine
+T95_S, T95_BATCHES = 2.0, 20
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,18 @@ def steady_rate(done_at: Sequence[float]) -> float:
 def late_rate(done_at: Sequence[float]) -> float:
     """Batches/s over the second half of the batches: once a tuner has settled (not judged)."""
     return steady_rate(done_at[len(done_at) // 2:])
+
+
+def time_to_95(done_at: Sequence[float], t0: float) -> tuple[float, int] | None:
+    """From when on the run kept 95 % of its final (second-half) rate to its end: seconds since
+    ``t0`` and batches done before then; None when the run is too short to say."""
+    final = late_rate(done_at)
+    if final <= 0:
+        return None
+    for i in range(len(done_at) // 2):
+        if steady_rate(done_at[i:]) >= 0.95 * final:
+            return done_at[i] - t0, i
+    return done_at[len(done_at) // 2] - t0, len(done_at) // 2  # the second half is the final rate
 
 
 @dataclass
@@ -225,6 +244,7 @@ def run_warpdeck(load_s: np.ndarray | Workload, journal: bool = True,
         t0 = time.perf_counter()
         report, source, sink = asyncio.run(_warpdeck(w, run_dir, journal, host))
         wall = time.perf_counter() - t0
+    t95 = time_to_95(sink.done_at, t0)
     if report.status != "finished" or report.counts.done != len(w.load_s) * BATCH:
         raise RuntimeError(f"warpdeck run did not finish: {report.status} {report.counts}")
     if not w.gil_iters and (source.misaligned or any(b != BATCH for b in source.batch_sizes)):
@@ -239,6 +259,7 @@ def run_warpdeck(load_s: np.ndarray | Workload, journal: bool = True,
         "mean_phase_s": report.mean_phase_s, "cpu_phase_s": report.cpu_phase_s, "stall_s": report.stall_s,
         "occupancy": report.occupancy, "first_batch_s": report.first_batch_s,
         "host_processes": report.host_processes,
+        "t95_s": t95[0] if t95 else None, "t95_batches": t95[1] if t95 else None,
     }
 
 
@@ -343,6 +364,12 @@ def profile_rows(p: Profile, res: dict[str, Any]) -> tuple[list[list[Any]], list
     if dl is not None:
         ratio = wd["batches_s"] / dl["batches_s"]
         judged.append(("/ dataloader", f"{ratio:.3f}", "> 1.00", ratio > 1.0))
+    if wd["t95_s"] is None:
+        judged.append(("95 % of steady", "never", f"<= {T95_S:g} s or {T95_BATCHES} batches", False))
+    else:
+        judged.append(("95 % of steady", f"{wd['t95_s']:.2f} s, {wd['t95_batches']} batches",
+                       f"<= {T95_S:g} s or {T95_BATCHES} batches",
+                       wd["t95_s"] <= T95_S or wd["t95_batches"] <= T95_BATCHES))
     first, *rest = judged or [("", "", "", None)]
     row("warpdeck (defaults)", wd, *first)
     for j in rest:
