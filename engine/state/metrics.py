@@ -155,7 +155,7 @@ class MetricsAccumulator:
         c0, c1 = rec.phases[_COMPUTE]
         if c0:
             self.device.add(rec.lane, c0, c1)
-        busy = self.busy.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
+        busy = _row(self.busy, rec.lane)
         for i, (t0, t1) in enumerate(rec.phases):
             if t0:
                 d = max(0.0, t1 - t0)
@@ -186,9 +186,7 @@ class MetricsAccumulator:
     def _add_steady(self, rec: BatchRecord) -> None:
         w0 = self.first_end
         self.w_tasks[rec.lane] = self.w_tasks.get(rec.lane, 0) + rec.tasks
-        wb = self.w_busy.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
-        wu = self.w_union.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
-        ue = self._union_end.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))
+        wb, wu, ue = _row(self.w_busy, rec.lane), _row(self.w_union, rec.lane), _row(self._union_end, rec.lane)
         for i, (t0, t1) in enumerate(rec.phases):
             if not t0 or t1 <= t0:
                 continue
@@ -199,7 +197,7 @@ class MetricsAccumulator:
             if rec.cpu:  # at least this much of its CPU time fell in the window (one thread)
                 c = max(0.0, rec.cpu[i] - (t1 - t0 - inside))
                 self.w_cpu[i] += c
-                self.w_lane_cpu.setdefault(rec.lane, np.zeros(len(RUN_PHASES)))[i] += c
+                _row(self.w_lane_cpu, rec.lane)[i] += c
 
     def add_latencies(self, latencies: np.ndarray) -> None:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
@@ -427,3 +425,11 @@ class _DeviceBusy:
                                                   - self.lane_first[lane]))
                    for lane, b in sorted(self.lane_busy.items())}
         return min(1.0, union / max(1e-9, end - self.first)), by_lane
+
+
+def _row(rows: dict[int, np.ndarray], lane: int) -> np.ndarray:
+    """``rows[lane]``, a phase-long row of zeros the first time (made only then: this runs per batch)."""
+    row = rows.get(lane)
+    if row is None:
+        row = rows[lane] = np.zeros(len(RUN_PHASES))
+    return row
