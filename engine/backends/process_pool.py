@@ -6,7 +6,9 @@ The decisions this module protects:
   do; the engine's loop keeps its core.
 - One copy: a worker maps the slot's shared buffer (engine/backends/shared_memory.py) and its loader
   writes each row in place. What travels back is each item's error (or None) and the CPU the batch
-  cost, never the rows.
+  cost, never the rows. A loader with a ``load_batch(handles, out)`` method (an items source's
+  ``ItemLoader``) is handed the batch's rows in one call and answers per item the same way; any
+  other is called row by row.
 - Workers are started once and stay warm; each unpickles the loader once, so the user's module is
   imported once per worker. Each is a fresh interpreter (``python -c``, the engine's ``sys.path``
   handed over): nothing forks the engine's own process, whose threads and CUDA context a fork would
@@ -39,7 +41,7 @@ import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -137,6 +139,19 @@ def _serve(conn: mpc.Connection) -> None:
         dt = np.dtype(dtype)
         out = buf[: int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
         c0 = time.thread_time()
+        errors = _load(loader, handles, out)
+        try:
+            conn.send((errors, time.thread_time() - c0))
+        except (EOFError, OSError):
+            return
+
+
+def _load(loader: RowLoader, handles: Sequence[Any],
+          out: npt.NDArray[Any]) -> list[tuple[BaseException | None, str, str] | None]:
+    """In a worker: ``handles`` into the rows of ``out``, by the loader's ``load_batch`` where it has
+    one, else row by row; each item's error as it travels back (``_portable``), or None."""
+    whole = getattr(loader, "load_batch", None)
+    if whole is None:
         errors: list[tuple[BaseException | None, str, str] | None] = []
         for j, handle in enumerate(handles):
             try:
@@ -144,10 +159,24 @@ def _serve(conn: mpc.Connection) -> None:
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 - each item fails alone
                 errors.append(_portable(exc))
-        try:
-            conn.send((errors, time.thread_time() - c0))
-        except (EOFError, OSError):
-            return
+        return errors
+    try:
+        raised: list[BaseException | None] = whole(handles, out[: len(handles)])
+    except Exception as exc:  # noqa: BLE001 - a loader's own slip: every item of the batch, as itself
+        raised = [exc] * len(handles)
+    # A batch that failed as one shares one exception: format and pickle it once.
+    sent: dict[int, tuple[BaseException | None, str, str]] = {}
+    for e in raised:
+        if e is not None and id(e) not in sent:
+            sent[id(e)] = _portable(e)
+    return [None if e is None else sent[id(e)] for e in raised]
+
+
+def _parts(loader: RowLoader) -> list[Any]:
+    """The loader and the functions it is made of (a dataclass's callable fields: an ``ItemLoader``'s
+    ``load`` and ``load_batch``), each of which a worker must import by its module."""
+    held: list[Any] = [getattr(loader, f.name) for f in fields(loader)] if is_dataclass(loader) else []
+    return [loader, *(f for f in held if callable(f))]
 
 
 def _orphan_watch(parent: int) -> None:
@@ -236,10 +265,10 @@ class ProcessPool:
     """``workers`` warm processes running ``loader``; ``load`` hands one a batch."""
 
     def __init__(self, name: str, loader: RowLoader, workers: int = 1, deadline_s: float = 300.0) -> None:
-        module = getattr(loader, "__module__", None) or type(loader).__module__
-        if module == "__main__":
-            raise ValueError(f"the loader {loader!r} is defined in __main__, which a worker process does not run: "
-                             "define it in a module")
+        for part in _parts(loader):
+            if (getattr(part, "__module__", None) or type(part).__module__) == "__main__":
+                raise ValueError(f"the loader {part!r} is defined in __main__, which a worker process does not run: "
+                                 "define it in a module")
         try:
             self._blob = pickle.dumps(loader)
         except Exception as exc:
@@ -342,7 +371,13 @@ class ProcessPool:
         w.busy_s += time.perf_counter() - t0
         self._checkin(w)
         errors, cpu = answer
-        return [_revive(e) for e in errors], float(cpu)
+        # One failure sent for several items (a batch load that raised) stays one exception here, so
+        # the engine can tell the batch failed as a whole and retry its items one per batch.
+        revived: dict[int, BaseException | None] = {}
+        for e in errors:
+            if id(e) not in revived:
+                revived[id(e)] = _revive(e)
+        return [revived[id(e)] for e in errors], float(cpu)
 
     def _answer(self, w: _Worker, timeout: float) -> Any:
         if not w.conn.poll(timeout):

@@ -135,24 +135,39 @@ class CallableSource(_Model):
 class ItemsSource(_Model):
     """Your own per-item loading, the part of a ``Dataset.__getitem__`` you write yourself:
     ``items()`` lists the items cheaply, ``load(handle, row)`` writes one item into its row of the
-    slot in place. With ``host.fill_pool = "processes"`` the loads run in worker processes, so
-    pure-Python work (decoding, tokenising) uses every core."""
+    slot in place, or ``load_batch(handles, out)`` a whole batch into its rows where one call is
+    cheaper (vectorised decoding, one read or one request per batch). With ``host.fill_pool =
+    "processes"`` the loads run in worker processes, so pure-Python work (decoding, tokenising) uses
+    every core."""
 
     kind: Literal["items"]
     items: Target
     """``module:function`` returning an iterable of ``(key, handle)`` pairs (or of handles alone:
     keys ``item-00000000`` on). A handle is what ``load`` needs to find the item: a path, a row id,
     an offset; small, and picklable when loads run in processes."""
-    load: Target
+    load: Target | None = None
     """``module:function`` called as ``load(handle, row)``: write the item's input into ``row`` (a
     writable array of ``shape`` and ``dtype``) in place; what it raises fails that item alone, with
-    its traceback (an ``InputError`` is not retried)."""
+    its traceback (an ``InputError`` is not retried). Absent: ``load_batch`` loads every item."""
+    load_batch: Target | None = None
+    """``module:function`` called as ``load_batch(handles, out)``: write item j's input into
+    ``out[j]`` (``out``: n rows of ``shape``, of ``dtype``) in place; return None when every item
+    loaded, or n entries, each None or the exception that item failed with. What it raises sends the
+    batch to ``load`` item by item, so a bad item fails alone; without ``load`` every item of the
+    batch fails with it."""
     shape: Shape
     """Shape of one item's input."""
     dtype: Dtype = "float32"
     """Element type of the inputs."""
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Keyword arguments for ``items`` (a file to list, a limit): ``items(**options)``."""
+
+    @model_validator(mode="after")
+    def _loads_somehow(self) -> ItemsSource:
+        if self.load is None and self.load_batch is None:
+            raise ValueError("an items source needs load (one item at a time) or load_batch (a batch at a time), "
+                             "or both")
+        return self
 
 
 class NpyDirSink(_Model):
@@ -164,11 +179,25 @@ class NpyDirSink(_Model):
 
 
 class CallableSink(_Model):
-    """Hand each output to ``target(key, array)``; the array is only valid during the call."""
+    """Hand each output to ``target(key, array)``, or each batch's outputs to ``write_batch(keys,
+    outputs)`` where one call is cheaper (one syscall, one request per batch); the arrays are only
+    valid during the call."""
 
     kind: Literal["callable"]
-    target: Target
-    """``module:function`` to call once per task."""
+    target: Target | None = None
+    """``module:function`` to call once per task as ``target(key, array)``. Absent: ``write_batch``
+    writes every output (a lone one as a batch of one)."""
+    write_batch: Target | None = None
+    """``module:function`` to call once per batch as ``write_batch(keys, outputs)`` (``outputs[j]`` is
+    ``keys[j]``'s): every output durable when it returns, or none: what it raises fails every task of
+    the batch (tried again as ``[retry]`` says)."""
+
+    @model_validator(mode="after")
+    def _writes_somehow(self) -> CallableSink:
+        if self.target is None and self.write_batch is None:
+            raise ValueError("a callable sink needs target (one output at a time) or write_batch (a batch at a "
+                             "time), or both")
+        return self
 
 
 class NullSink(_Model):
@@ -416,9 +445,12 @@ def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
     if isinstance(spec.source, CallableSource):
         places.append(("source.target", spec.source.target))
     if isinstance(spec.source, ItemsSource):
-        places += [("source.items", spec.source.items), ("source.load", spec.source.load)]
+        places += [(f"source.{name}", target) for name, target in (
+            ("items", spec.source.items), ("load", spec.source.load), ("load_batch", spec.source.load_batch))
+            if target is not None]
     if isinstance(spec.sink, CallableSink):
-        places.append(("sink.target", spec.sink.target))
+        places += [(f"sink.{name}", target) for name, target in (
+            ("target", spec.sink.target), ("write_batch", spec.sink.write_batch)) if target is not None]
     issues = [SpecIssue(f"stages.{i}.framework", "needs PyTorch: pip install 'warpdeck[torch]'")
               for i, s in enumerate(spec.stages) if s.framework == "torch" and not _has_torch()]
     for loc, target in places:

@@ -4,10 +4,12 @@ The decision this module protects: an output file either exists whole under its 
 not at all. It is written to a temporary name in the same directory and renamed into place, so
 a crash never leaves a partial output and a re-run overwrites instead of duplicating.
 
-A sink may also have ``write_batch(keys, outputs)`` (the Parquet sink, ``parquet_sink.py``): a
-batch's outputs in one call, all durable when it returns, or none (it raises, failing them all).
-The lanes call it instead of ``write`` per key where the sink, and every wrapper around it, has
-it (``batch_writer``): the smallest extension that lets a sink commit whole batches.
+A sink may also have ``write_batch(keys, outputs)`` (the Parquet sink, ``parquet_sink.py``; a
+callable sink given ``write_batch``): a batch's outputs in one call, all durable when it returns,
+or none (it raises, failing them all). The lanes call it instead of ``write`` per key where the
+sink, and every wrapper around it, has it (``batch_writer``): the smallest extension that lets a
+sink commit whole batches. So a sink that writes key by key has no ``write_batch`` at all, not one
+of None.
 
 A sink on storage other processes see (npy_dir, Parquet, null) may also split a write in two
 (``StagingSink``): ``stage`` writes a batch's outputs under temp names of one attempt (``tag``) on
@@ -39,8 +41,8 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, ParquetSink, resolve_target
 from warpdeck.engine.edges.sources import SAFE_KEY
 
-__all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableSinkImpl", "DurableSink", "NpyDirSinkImpl",
-           "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
+__all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableBatchSinkImpl", "CallableSinkImpl", "DurableSink",
+           "NpyDirSinkImpl", "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
            "rejected_outputs", "settle", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
@@ -283,6 +285,13 @@ def _read_sums(path: Path) -> dict[str, int]:
     return sums
 
 
+def _named(fn: Callable[..., Any]) -> str:
+    """``fn`` as a spec's target names it (``module:function``)."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}:{name}"
+
+
 class CallableSinkImpl:
     """Calls ``fn(key, array)``."""
 
@@ -291,13 +300,36 @@ class CallableSinkImpl:
 
     def describe(self, key: str) -> str:
         """The callable each output is handed to, named as a spec's target names it."""
-        fn = self._fn
-        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-        module = getattr(fn, "__module__", None) or type(fn).__module__
-        return f"handed to {module}:{name}"
+        return f"handed to {_named(self._fn)}"
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._fn(key, out)
+
+
+class CallableBatchSinkImpl:
+    """Calls ``whole(keys, outputs)`` once per batch (``write_batch``: the lanes find it with
+    ``batch_writer``); a lone output goes to ``fn(key, array)`` where given, else to ``whole`` as a
+    batch of one. A separate class, not a ``write_batch`` of None on ``CallableSinkImpl``: a sink
+    that writes key by key must not have the attribute at all."""
+
+    def __init__(self, whole: Callable[[Sequence[str], npt.NDArray[Any]], Any],
+                 fn: Callable[[str, npt.NDArray[Any]], Any] | None = None) -> None:
+        self._whole = whole
+        self._fn = fn
+
+    def describe(self, key: str) -> str:
+        """The callable each batch's outputs are handed to, named as a spec's target names it."""
+        return f"handed to {_named(self._whole)}"
+
+    def write(self, key: str, out: npt.NDArray[Any]) -> None:
+        if self._fn is not None:
+            self._fn(key, out)
+        else:
+            self._whole([key], out[np.newaxis])
+
+    def write_batch(self, keys: Sequence[str], outputs: npt.NDArray[Any]) -> None:
+        """Every output of the batch in one call: all durable when it returns, or none (it raises)."""
+        self._whole(keys, outputs)
 
 
 class NullSinkImpl:
@@ -327,7 +359,11 @@ def open_sink(spec: NpyDirSink | ParquetSink | CallableSink | NullSink, run_dir:
 
         return ParquetSinkImpl(spec.path if spec.path.is_absolute() else run_dir / spec.path, spec.row_group_size)
     if isinstance(spec, CallableSink):
-        return CallableSinkImpl(resolve_target(spec.target))
+        fn = resolve_target(spec.target) if spec.target is not None else None
+        if spec.write_batch is not None:
+            return CallableBatchSinkImpl(resolve_target(spec.write_batch), fn)
+        assert fn is not None  # the spec refuses a callable sink with neither
+        return CallableSinkImpl(fn)
     return NullSinkImpl()
 
 

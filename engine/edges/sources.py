@@ -1,8 +1,9 @@
 """Where tasks come from: seeded synthetic data, a directory of ``.npy`` files, Python code.
 
 The decision this module protects: a source only *enumerates* tasks (cheap: a key, a shape, a
-dtype) and later *loads* a batch of them straight into a lane's pinned input rows. Loading is
-per task, so one corrupt or wrongly shaped input fails alone, before it reaches a device.
+dtype) and later *loads* a batch of them straight into a lane's pinned input rows. Loading
+answers per task, so one corrupt or wrongly shaped input fails alone, before it reaches a device
+(an items source may load a whole batch in one call, and still answers per item: item_loader.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from warpdeck.engine.edges.config import (
     resolve_target,
 )
 from warpdeck.engine.edges.input_errors import InputError
+from warpdeck.engine.edges.item_loader import ItemLoader
 from warpdeck.engine.edges.npy_inputs import dtype_problem, open_regular, read_header, usable
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
@@ -345,12 +347,14 @@ class IterableSource:
 
 class ItemsSourceImpl:
     """A user's own items: ``items()`` lists ``(key, handle)`` pairs, ``load(handle, row)`` writes
-    one item in place (on a fill thread, or in a fill worker process: ``row_loader``)."""
+    one item in place, ``load_batch(handles, out)`` a batch (on a fill thread, or in a fill worker
+    process: ``row_loader``; the same ``ItemLoader`` in both, engine/edges/item_loader.py)."""
 
     def __init__(self, spec: ItemsSource, picklable: bool = False) -> None:
         self._list = resolve_target(spec.items)
         self._options = dict(spec.options)
-        self._load_one = resolve_target(spec.load)
+        self._loader = ItemLoader(resolve_target(spec.load) if spec.load is not None else None,
+                                  resolve_target(spec.load_batch) if spec.load_batch is not None else None)
         self._key = BatchKey("items", tuple(spec.shape), spec.dtype)
         self.total: int | None = None
         #: Handles must pickle (their loads run in worker processes): one that does not fails its
@@ -368,10 +372,11 @@ class ItemsSourceImpl:
             yield TaskInput(key, key_of, handle, err)
 
     def load(self, items: Sequence[TaskInput], out: npt.NDArray[Any]) -> list[BaseException | None]:
-        return load_each(items, out, lambda t, row: self._load_one(t.handle, row))
+        return self._loader.load_batch([t.handle for t in items], out[: len(items)])
 
-    def row_loader(self) -> Callable[[Any, npt.NDArray[Any]], None]:
-        return self._load_one
+    def row_loader(self) -> ItemLoader:
+        """The loader a fill worker process runs: a batch at a time where the spec gives ``load_batch``."""
+        return self._loader
 
     def produces(self, key: str) -> bool | None:
         """The user's list is known only by listing it: it cannot say."""

@@ -6,9 +6,12 @@ The decisions this module protects:
   lanes report to it (``LaneHost``), so every transition is checked in one place.
 - A batch is leased to the worker whose lane took it; a batch taken back from a convicted worker
   is fenced, and nothing it reports afterwards counts.
-- A failed attempt is retried per policy (one task per batch when ``isolate``), and the failure
-  keeps its reason and traceback; an input that cannot be loaded fails at once (retrying cannot
-  fix a corrupt file); a write held by an outage and given up is neither done nor failed.
+- A failed attempt is retried per policy, and the failure keeps its reason and traceback. A batch
+  that failed as a whole (a stage; an items source's ``load_batch`` or a sink's ``write_batch``,
+  which fail every task they held with one exception) has its tasks retried one per batch when
+  ``isolate``, so a bad input fails alone instead of taking its batch-mates with it every time. An
+  input that cannot be loaded fails at once (retrying cannot fix a corrupt file); a write held by
+  an outage and given up is neither done nor failed.
 - While the engine is paused, in an outage, or a worker is quarantined or convicted, its lanes
   get no new batch (an empty, finished run still ends).
 - Each batch's start (lane, slot, worker, epoch), record and finished stalls, and each lane's wait
@@ -153,9 +156,11 @@ class Dispatcher:
         if s.leases.fenced(batch):
             return batch
         keep = [j for j, e in enumerate(errors) if e is None]
+        whole = _shared(errors)
         for j, e in enumerate(errors):
             if e is not None:
-                self.retry_or_fail(batch.idx[j:j + 1], f"input: {e}", format_exception(e), retry=retryable(e))
+                self.retry_or_fail(batch.idx[j:j + 1], f"input: {e}", format_exception(e), retry=retryable(e),
+                                   isolate=id(e) in whole)
         if not keep:
             s.leases.release(batch)
             s.inflight -= 1
@@ -225,6 +230,7 @@ class Dispatcher:
         s.metrics.add_latencies(time.monotonic() - s.table.t_queued[rows])
         for r in rows.tolist():
             s.feeder.handles.pop(r, None)
+        whole = _shared(errors)
         for j, e in enumerate(errors):
             if e is not None and s.table.state[batch.idx[j]] == State.RUNNING:
                 if isinstance(e, OutageAbandoned):  # neither done nor failed: a resume runs it again
@@ -232,7 +238,8 @@ class Dispatcher:
                 if isinstance(e, NonFiniteOutput):  # the same input would give the same values
                     self.retry_or_fail(batch.idx[j:j + 1], str(e), "", retry=False)
                 else:
-                    self.retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e))
+                    self.retry_or_fail(batch.idx[j:j + 1], f"sink: {type(e).__name__}: {e}", format_exception(e),
+                                       isolate=id(e) in whole)
         if self.first_batch_s is None and len(rows):
             self.first_batch_s = time.perf_counter() - self.t0
         s.metrics.serial_s += time.perf_counter() - t0
@@ -342,3 +349,14 @@ class Dispatcher:
 def _written(e: BaseException) -> bool:
     """A flagged output: written, so its task is done (with a flag), not failed."""
     return isinstance(e, NonFiniteOutput) and e.written
+
+
+def _shared(errors: Sequence[BaseException | None]) -> set[int]:
+    """The ids of the exceptions that failed more than one task of a batch: each failed the batch as
+    a whole (a ``load_batch`` or ``write_batch`` that raised), so its tasks are retried one per batch."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for e in errors:
+        if e is not None:
+            (shared if id(e) in seen else seen).add(id(e))
+    return shared
