@@ -143,7 +143,9 @@ def _identity(name: str, data: dict[str, Any]) -> SpecIdentity:
 
 def _made_by_same(made_by: SpecIdentity, identity: SpecIdentity) -> bool:
     """Whether the journal's spec decides the same tasks and outputs as ``identity``: the same
-    identity, or one made before a field became a tuning field, that matches once it is left out."""
+    identity, or one made before a field became a tuning field, that matches once it is left out,
+    or one made before a field was added that today's spec leaves null (``load_batch``,
+    ``write_batch``: their absence meant what null means)."""
     if made_by == identity:
         return True
     if not made_by.spec or made_by.name != identity.name:
@@ -151,7 +153,19 @@ def _made_by_same(made_by: SpecIdentity, identity: SpecIdentity) -> bool:
     data = json.loads(made_by.spec)
     for name in _TUNING:
         data.pop(name, None)
-    return _identity(made_by.name, data) == identity
+    then = _identity(made_by.name, data)
+    if then == identity:
+        return True
+    return bool(identity.spec) and then == _identity(identity.name, _less_new_nulls(json.loads(identity.spec), data))
+
+
+def _less_new_nulls(now: Any, then: Any) -> Any:
+    """``now`` less every null field that ``then``, at the same place, does not have."""
+    if isinstance(now, dict) and isinstance(then, dict):
+        return {k: _less_new_nulls(v, then.get(k)) for k, v in now.items() if v is not None or k in then}
+    if isinstance(now, list) and isinstance(then, list) and len(now) == len(then):
+        return [_less_new_nulls(a, b) for a, b in zip(now, then, strict=True)]
+    return now
 
 
 @dataclass(frozen=True, slots=True)

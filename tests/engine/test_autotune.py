@@ -169,13 +169,17 @@ def test_with_the_depth_set_by_hand_threads_fit_inside_it() -> None:
 
 @dataclass
 class _Lane:
-    """The two things ``Autotuner.threads`` reads of a lane."""
+    """What ``Autotuner.threads`` reads of a lane."""
 
     s: LaneSettings
     id: int = 0
 
     def workers(self, phase: Phase) -> int:
         return self.s.workers(phase)
+
+    @property
+    def fill_in_processes(self) -> bool:
+        return self.s.fill_processes
 
 
 def test_a_deeper_ring_that_leaves_the_device_as_idle_is_taken_back_and_not_tried_again() -> None:

@@ -12,7 +12,7 @@ import pytest
 from wd_build import spec
 from wd_stages import POISON, RecordingSink, SleepySource
 
-from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch
+from warpdeck.engine.api import Engine, IterableSource, RunReport, SpecMismatch, parse_spec
 from warpdeck.engine.edges.journal import _TUNING, JOURNAL_NAME, Journal, RunDirBusy, _identity, spec_identity
 from warpdeck.engine.edges.resume import IN_FLIGHT_REASON
 from warpdeck.engine.edges.sinks import CHECKSUMS, TMP_SUFFIX, NpyDirSinkImpl
@@ -178,6 +178,29 @@ async def test_a_journal_whose_identity_still_holds_host_resumes_and_takes_today
     legacy_other.close()
     with pytest.raises(SpecMismatch):
         await _run(_npy_spec(tmp_path, stages=["wd_stages:add_one"]), tmp_path / "other")
+
+
+async def test_a_journal_made_before_a_field_was_added_resumes_while_the_field_is_left_null(tmp_path: Path) -> None:
+    # A callable sink's write_batch came later: a journal of a spec with a callable sink, made
+    # before, holds no such key. Today's spec leaves it null, which is what its absence meant.
+    s = parse_spec({"name": "added-field", "backend": "numpy", "batch_size": 4,
+                    "source": {"kind": "synthetic", "count": N, "shape": [4], "dtype": "float64"},
+                    "sink": {"kind": "callable", "target": "wd_batch_io:write_one"},
+                    "stages": [{"fn": "wd_stages:double"}]}, "<test>")
+    data = s.model_dump(mode="json", exclude=_TUNING)
+    for stage in data["stages"]:
+        stage.pop("deadline_s", None)
+    assert data["sink"].pop("write_batch", "absent") is None
+    before = _identity(s.name, data)
+    assert before.digest != spec_identity(s).digest
+    Journal.open(tmp_path / "old", before)[0].close()
+    resumed, _ = Journal.open(tmp_path / "old", spec_identity(s))  # not refused: SpecMismatch otherwise
+    resumed.close()
+    # A value where the journal had none is a different spec.
+    batched = s.model_copy(update={"sink": s.sink.model_copy(update={"write_batch": "wd_batch_io:write_batch"})})
+    Journal.open(tmp_path / "other", before)[0].close()
+    with pytest.raises(SpecMismatch):
+        Journal.open(tmp_path / "other", spec_identity(batched))
 
 
 async def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path) -> None:
