@@ -57,8 +57,14 @@ _DEPTH_GAIN = 0.8
 _WINDOW_S = 0.1
 _TRIAL_S = 0.3
 #: Batches of a lane's first window: its first (warm-up: a model built, modules imported) is left
-#: out, the other four measured.
+#: out, the other four measured; or, once its batches span a trial's length (slow batches), the
+#: other two (``_FIRST_SHORT``): a short run is over before a longer window is (issue 31: 16
+#: batches of images, most of them on one thread while the first window filled), and two fast
+#: batches of a jittery load say too little (a run misjudged so went from 0.91 to 0.83 busy).
 _FIRST_WINDOW = 5
+_FIRST_SHORT = 3
+#: Fewer successful batches than this in a later window say nothing about the bottleneck's idle time.
+_MIN_RECORDS = 4
 #: A thread using at least this share of a core burns CPU: it needs a core the process has spare.
 _BURNS = 0.3
 #: Host threads running at least this share of the window count as always running.
@@ -255,11 +261,18 @@ class Autotuner:
     def window(self) -> int:
         return self.depth.window
 
-    def batches_for(self, lane: int) -> int:
-        """Batches the lane's next window holds: few before its first decision (a short run is
-        over before a full window: issue 31 measured 16 batches of images, half of them run on
-        one thread while the first window filled), the tuner's window after."""
-        return _FIRST_WINDOW if lane not in self.cores_by_lane else self.window
+    def window_ready(self, lane: int, batches: int, span_s: float) -> bool:
+        """Whether ``lane``'s window of ``batches`` batches over ``span_s`` seconds is judged now: the
+        tuner's window (longer while a change is on trial); before the first decision, few batches
+        (``_FIRST_WINDOW``, or ``_FIRST_SHORT`` of slow ones)."""
+        if lane in self.cores_by_lane:
+            return batches >= self.window and span_s >= self.min_window_s(lane)
+        return ((batches >= _FIRST_WINDOW and span_s >= _WINDOW_S)
+                or (batches >= _FIRST_SHORT and span_s >= _TRIAL_S))
+
+    def records_needed(self, lane: int) -> int:
+        """Successful batches a window of ``lane`` must hold to be judged (its warm-up batch left out)."""
+        return _FIRST_SHORT - 1 if lane not in self.cores_by_lane else _MIN_RECORDS
 
     def first_decision(self, lane: int) -> bool:
         """No decision was made for ``lane`` yet (its window still holds its first batch)."""

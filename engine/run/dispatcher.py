@@ -42,8 +42,6 @@ from warpdeck.engine.state.task_states import Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
 
-#: Fewer successful batches than this in a window say nothing about the bottleneck's idle time.
-_TUNE_MIN_RECORDS = 4
 #: The most records one tuning window holds (its last ones).
 _TUNE_RECORDS = 256
 #: How often a lane of a convicted worker looks again for its re-birth (a new epoch).
@@ -257,8 +255,7 @@ class Dispatcher:
         recs = self._lane_records[record.lane]
         recs.append(record)
         self._since_tune[record.lane] += 1
-        if (record.ok and self._since_tune[record.lane] >= s.tuner.batches_for(record.lane)
-                and record.end - recs[0].start >= s.tuner.min_window_s(record.lane)):
+        if record.ok and s.tuner.window_ready(record.lane, self._since_tune[record.lane], record.end - recs[0].start):
             self._since_tune[record.lane] = 0
             self._tune(s.lanes[record.lane], recs)
             recs.clear()  # the next window measures the lane as the tuner has just set it
@@ -268,7 +265,7 @@ class Dispatcher:
         ok = [r for r in recs if r.ok]
         if self.s.tuner.first_decision(lane.id):
             ok = ok[1:]  # the lane's first batch carries its warm-up, not its steady cost
-        if len(ok) < _TUNE_MIN_RECORDS:
+        if len(ok) < self.s.tuner.records_needed(lane.id):
             return
         if lane.warming(ok[0].start):
             # A fill worker process started during this window: its fills queued for fewer workers

@@ -228,3 +228,18 @@ def test_processes_that_do_not_help_go_back_to_threads_for_good() -> None:
     assert not now.fill_processes and now.fill == 1
     assert any("back on 1 threads" in d.reason for d in tuner.decisions)
 
+
+
+def test_the_first_window_is_judged_after_three_slow_batches_or_five_fast_ones() -> None:
+    # A short run of slow batches (16 batches of images at 150 ms) must not spend half of itself on
+    # one thread before the first decision; two fast batches of a jittery load say too little.
+    tuner = _tuner()
+    assert not tuner.window_ready(0, 2, 1.0)  # the warm-up batch and one more: never
+    assert tuner.window_ready(0, 3, 0.45)  # three slow batches span a trial's length
+    assert not tuner.window_ready(0, 3, 0.04)  # three fast ones do not
+    assert not tuner.window_ready(0, 4, 0.05)
+    assert tuner.window_ready(0, 5, 0.12)  # five fast ones over the shortest window
+    assert tuner.records_needed(0) == 2  # of which the warm-up batch is left out
+    tuner.decide(0, LaneSettings(2, 1, 1), Model(0.030, 0.010).window(LaneSettings(2, 1, 1)), MB, 2 * MB)
+    assert tuner.records_needed(0) == 4  # later windows are the tuner's own
+    assert tuner.window_ready(0, tuner.window, 10.0)
