@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-#: The scaffolding tests and benchmarks share (the synthetic snapshot stream, ``wd_synthetic``) lives in
-#: tests/support, never in the wheel; every benchmark imports this module first, so it is importable.
 SUPPORT = Path(__file__).resolve().parent.parent / "tests" / "support"
+"""The scaffolding tests and benchmarks share (the synthetic snapshot stream, ``wd_synthetic``) lives in tests/support,
+never in the wheel; every benchmark imports this module first, so it is importable."""
 if str(SUPPORT) not in sys.path:
     sys.path.append(str(SUPPORT))
 

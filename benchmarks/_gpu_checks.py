@@ -28,8 +28,8 @@ from warpdeck.engine.backends.cupy_backend import CupyBackend
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-#: The synthetic examples every backend must agree on.
 SYNTHETIC = ("dense", "conv2d", "spectrogram")
+"""The synthetic examples every backend must agree on."""
 
 
 class PoisonedCupy(CupyBackend):

@@ -37,8 +37,8 @@ from warpdeck.engine.api import (
 )
 
 _ONE, _ZERO = np.float32(1.0), np.float32(0.0)
-#: Index of each phase in a BatchRecord's ``phases`` (RUN_PHASES order).
 _FILL, _H2D, _COMPUTE, _D2H, _SINK = range(5)
+"""Index of each phase in a BatchRecord's ``phases`` (RUN_PHASES order)."""
 
 
 def steady_rate(done_at: Sequence[float]) -> float:
@@ -254,8 +254,8 @@ def run_warpdeck(cp: Any, name: str, batches: int, batch: int, depth: int, trace
     pool = cp.get_default_memory_pool()
     records: list[BatchRecord] = []
     pool_bytes: list[int] = []
-    #: (loop thread CPU, process CPU, wall) when the 10th and the last batch were heard: the steady
-    #: state's CPU, without the start (slot buffers are allocated and pinned on the loop) or the close.
+    # (loop thread CPU, process CPU, wall) when the 10th and the last batch were heard: the steady
+    # state's CPU, without the start (slot buffers are allocated and pinned on the loop) or the close.
     marks: list[tuple[float, float, float]] = []
 
     def heard(event: Any) -> None:

@@ -24,10 +24,10 @@ import numpy as np
 
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
-#: One task: a float32 block of this shape (1 MiB).
 TASK_SHAPE = (256, 1024)
-#: Multiply-adds per element of the current workload; gpu.py sets it before each run.
+"""One task: a float32 block of this shape (1 MiB)."""
 ITERS = 0
+"""Multiply-adds per element of the current workload; gpu.py sets it before each run."""
 
 _KERNELS: dict[int, Any] = {}
 

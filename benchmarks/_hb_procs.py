@@ -30,10 +30,10 @@ from warpdeck.engine.control.broker import free_port
 HERE = Path(__file__).resolve().parent
 _MOSQUITTO = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto")
 _TICK = os.sysconf("SC_CLK_TCK")
-#: Every child runs under ``setpriv --pdeathsig KILL`` (util-linux; it execs, so the pid is the
-#: child's): the kernel kills it when the benchmark dies, however it dies, so no busy loop, broker or
-#: stopped worker outlives a benchmark that was itself killed.
 _GUARD = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+"""Every child runs under ``setpriv --pdeathsig KILL`` (util-linux; it execs, so the pid is the child's): the kernel
+kills it when the benchmark dies, however it dies, so no busy loop, broker or stopped worker outlives a benchmark that
+was itself killed."""
 
 
 def raise_open_files(want: int) -> int:

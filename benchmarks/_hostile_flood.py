@@ -35,12 +35,12 @@ import paho.mqtt.client as mqtt
 
 STEP_S = 0.005
 SUMMARISED = ("command_refused:", "message_dropped:")
-#: Each kind of hostile message, with its weight in the mix.
 MIX = {
     "cmd_unsigned": 10, "cmd_bad_sig": 10, "cmd_other_secret": 10, "cmd_malformed": 8, "cmd_wrong_kind": 5,
     "cmd_oversized": 1, "worker_malformed": 15, "worker_wrong_kind": 10, "worker_unknown_kind": 8,
     "worker_version": 8, "worker_out_of_range": 10, "worker_oversized": 1, "worker_deep_json": 4,
 }
+"""Each kind of hostile message, with its weight in the mix."""
 
 
 def _hex(rng: random.Random, n: int) -> str:

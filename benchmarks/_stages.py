@@ -19,8 +19,8 @@ import numpy as np
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 # -- overlap.py ------------------------------------------------------------------------------------
-#: Seconds the compute stage sleeps per batch; overlap.py sets it before a run.
 COMPUTE_S = 0.010
+"""Seconds the compute stage sleeps per batch; overlap.py sets it before a run."""
 
 
 def compute_sleep(xp: Any, inp: Any, out: Any) -> None:

@@ -73,8 +73,8 @@ from _common import print_table, verdict, write_json
 PARTS = ("env", "ceilings", "shared", "fill", "figures", "scaling", "loop", "correct", "nvml", "trace", "tests",
          "advise")
 BATCH = 64
-#: Compute time per batch as a share of one batch's copy time, per workload.
 WORKLOADS = {"transfer-bound": 0.25, "balanced": 1.0, "compute-bound": 3.0}
+"""Compute time per batch as a share of one batch's copy time, per workload."""
 DL_WORKERS = (0, 2)
 DEPTHS = (2, 3)
 GB = 1e9

@@ -68,8 +68,8 @@ RATE = 5000.0
 GAP_BOUND_S = 1.0
 SECRET = "hostile-benchmark-secret-0123456789"
 PIPELINE = "hostile"
-#: Where the "aside" run's flood goes: the same broker, topics the engine never hears.
 ELSEWHERE = "elsewhere"
+"""Where the "aside" run's flood goes: the same broker, topics the engine never hears."""
 KINDS = ("clean", "aside", "flooded")
 SPEC = """
 name = "{name}"

@@ -34,8 +34,8 @@ from warpdeck.engine.api import Engine, RunReport, parse_spec
 
 US_TARGET = 20.0
 RATE_TARGET = 50_000.0
-#: Issue 16: a batch of one task must not be a trap: the engine's own cost per batch.
 BATCH1_US_TARGET = 250.0
+"""Issue 16: a batch of one task must not be a trap: the engine's own cost per batch."""
 
 
 async def _run(count: int, batch: int, run_dir: str) -> RunReport:

@@ -82,8 +82,8 @@ class Profile:
     decode: bool = False
     busy_target: float | None = None
     rate_target: float | None = None  # fraction of the bound
-    #: The load holds the GIL (pure Python, through a user ``load`` function): ``_stages.PyBurn``.
     gil: bool = False
+    """The load holds the GIL (pure Python, through a user ``load`` function): ``_stages.PyBurn``."""
 
 
 PROFILES = {p.name: p for p in (
@@ -119,9 +119,9 @@ class Workload:
     load_s: np.ndarray
     sink_s: float = SINK_S
     spend: Callable[[float], None] = time.sleep
-    #: GIL-bound: warpdeck loads through an ``items`` source whose ``load`` spins this many times per
-    #: task (``_stages.gil_load``), as a user's own per-item code would; 0: the scheduled source.
     gil_iters: int = 0
+    """GIL-bound: warpdeck loads through an ``items`` source whose ``load`` spins this many times per task
+    (``_stages.gil_load``), as a user's own per-item code would; 0: the scheduled source."""
 
     def source(self) -> ScheduledSource:
         return ScheduledSource(self.load_s.tolist(), BATCH, SHAPE, _block(), self.spend)

@@ -59,8 +59,8 @@ FILL_THREADS = 2
 CHUNK = 4096  # events built, then fed under the timer (divides WHOLE_BATCHES: whole chunks stay whole)
 REAL_BATCH = 64
 SHARED_LOAD = 1.5  # load average above which the figures are marked as taken on a shared machine
-#: Per phase, in RUN_PHASES order: seconds per batch, seconds per task (64 tasks: the real means).
 PHASE_S = ((50e-6, 24e-6), (20e-6, 2.5e-6), (30e-6, 12e-6), (10e-6, 1e-6), (30e-6, 6e-6))
+"""Per phase, in RUN_PHASES order: seconds per batch, seconds per task (64 tasks: the real means)."""
 GAP_S = 20e-6  # the loop's hand-over between two phases of a batch
 JITTER = 0.25  # sigma of the lognormal factor on each phase (mean 1)
 KEY = "synthetic[512]:float32"  # the key a real run's records carry (str(BatchKey))

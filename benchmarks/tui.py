@@ -53,11 +53,11 @@ PROMPT_OPEN_P99_S = 0.050
 BURST = "depth 5"
 FIRST_PAINT_S = 0.100
 SNAPSHOT_BUILD_S = 0.050
-#: One round of keys: list moves, column moves, every screen, the filter prompt opened and closed.
 ROUND = ("j", "j", "k", "G", "g", "l", "h", "2", "3", "1", "slash", "escape", "j", "k")
+"""One round of keys: list moves, column moves, every screen, the filter prompt opened and closed."""
 _CHARS = {"slash": "/", "escape": "\x1b"}
-#: Longer than any repaint could honestly take: past it, the run is broken, not slow.
 _WAIT_S = 3.0
+"""Longer than any repaint could honestly take: past it, the run is broken, not slow."""
 
 
 class PaintClock:

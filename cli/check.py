@@ -34,12 +34,12 @@ from warpdeck.engine.api import (
 
 __all__ = ["add_check_parser", "check_spec", "run_check"]
 
-#: A source that cannot say how many tasks it has is enumerated this far, no further.
 COUNT_CAP = 100_000
-#: ... and for at most this long.
+"""A source that cannot say how many tasks it has is enumerated this far, no further."""
 COUNT_BUDGET_S = 10.0
-#: Resources every Ray node has, left out of a node's line.
+"""... and for at most this long."""
 _RAY_OWN = ("memory", "object_store_memory")
+"""Resources every Ray node has, left out of a node's line."""
 
 
 def add_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

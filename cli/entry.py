@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import signal
 
-#: The signals held while the command imports.
 HELD = (signal.SIGINT, signal.SIGTERM)
+"""The signals held while the command imports."""
 
 
 def main() -> int:

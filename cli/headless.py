@@ -75,8 +75,8 @@ def render_snapshot(snap: EngineSnapshot) -> Group:
     return Group(*parts)
 
 
-#: Device busy at or above this shows the bottleneck line dim (nothing to act on), below in colour.
 _BUSY_OK = 0.9
+"""Device busy at or above this shows the bottleneck line dim (nothing to act on), below in colour."""
 
 
 def summary_table(report: RunReport) -> Table:

@@ -57,8 +57,8 @@ class RunLog:
         self.path = path
         self._err = err
         self._lock = threading.Lock()
-        #: Records written so far.
         self.records = 0
+        """Records written so far."""
         self._told = False
         self._held = False
         self._failure: OSError | None = None

@@ -60,26 +60,26 @@ __all__ = ["advise", "calibrate", "measure", "with_plan"]
 
 BackendName = Literal["numpy", "cupy"]
 
-#: Batches left out at the start of a run and at its end. At the start: buffers allocated, stage
-#: functions' first calls, and the ring filling, when every phase runs at once and contends for the
-#: cores as it never does once the bottleneck sets the pace (``_warmup``: at least the ring's depth).
 _WARMUP = 2
+"""Batches left out at the start of a run and at its end. At the start: buffers allocated, stage functions' first calls,
+and the ring filling, when every phase runs at once and contends for the cores as it never does once the bottleneck sets
+the pace (``_warmup``: at least the ring's depth)."""
 _TAIL = 2
-#: Batches a calibration run aims for: as many as its share of the budget is expected to allow
-#: (from the rate the run before it reached), within these. Filling its time matters as much as
-#: the count: the machine's other work comes and goes, and a run of 0.1 s can catch a lull.
 _MAX_BATCHES = 200
+"""Batches a calibration run aims for: as many as its share of the budget is expected to allow (from the rate the run
+before it reached), within these. Filling its time matters as much as the count: the machine's other work comes and
+goes, and a run of 0.1 s can catch a lull."""
 _MIN_BATCHES = 5
-#: The ring of the calibration runs: what a plan of one thread per host phase gets (threads + 2).
 _CALIBRATION_DEPTH = 3
-#: How often a run's progress and the process's CPU time are sampled.
+"""The ring of the calibration runs: what a plan of one thread per host phase gets (threads + 2)."""
 _POLL_S = 0.005
-#: Past this many times its budget, a run that is still draining is cancelled.
+"""How often a run's progress and the process's CPU time are sampled."""
 _HARD_STOP = 3.0
-#: Extra threads that do not beat one thread each by this much gain nothing.
+"""Past this many times its budget, a run that is still draining is cancelled."""
 _GAIN = 1.05
-#: Runs of the recommended plan at most: one, and another when its extra threads gained nothing.
+"""Extra threads that do not beat one thread each by this much gain nothing."""
 _CHECKS = 2
+"""Runs of the recommended plan at most: one, and another when its extra threads gained nothing."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -67,8 +67,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine"]
 
-#: How often outages and the journal's health are looked at (a journal failure stops the run within it).
 _FAULT_TICK_S = 0.1
+"""How often outages and the journal's health are looked at (a journal failure stops the run within it)."""
 
 
 class Engine:
@@ -80,7 +80,7 @@ class Engine:
                  control: ControlSettings | None = None, workers: int = 1) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
-        #: executor = "ray": the actors that run the batches (None: lanes in this process).
+        # executor = "ray": the actors that run the batches (None: lanes in this process).
         self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend, self.run_dir, control)
         self.backend = backend if backend is not None else select_backend(spec.backend)
         self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
@@ -90,9 +90,9 @@ class Engine:
         local = spec.executor.kind == "local"
         processes = spec.host.fill_pool == "processes" and local
         raw_source = source if source is not None else open_source(spec.source, processes=processes)
-        #: Loads one task into its row in a fill worker process (``[host] fill_pool``): always with
-        #: "processes"; with "auto" where the source can, for the tuner to move the fill there.
         self._row_loader = row_loader(raw_source) if processes else None
+        """Loads one task into its row in a fill worker process (``[host] fill_pool``): always with "processes"; with
+        "auto" where the source can, for the tuner to move the fill there."""
         if spec.host.fill_pool == "auto" and local:
             with contextlib.suppress(ValueError):  # a source that loads in the engine's process only
                 self._row_loader = row_loader(raw_source)
@@ -104,11 +104,11 @@ class Engine:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.state = self._make_state(workers)
-        #: The lanes' host: hands out batches, hears their progress, retries or fails.
         self.dispatcher = Dispatcher(self.state, self.executor.convicted if self.executor is not None else None)
+        """The lanes' host: hands out batches, hears their progress, retries or fails."""
         self.commands = CommandHandler(self.state, known_workers=self._known_workers, quarantine=self._quarantine)
-        #: Outages (a full, read-only or failing disk) and journal failures, and when to stop.
         self.faults = FaultWatch(spec.faults.outage_timeout_s, self.state.events)
+        """Outages (a full, read-only or failing disk) and journal failures, and when to stop."""
         self.state.lanes = self._make_lanes()
         self.publisher = SnapshotPublisher()
         self.events = self.state.events  # every batch, stall, command, conviction: for the exporters

@@ -36,8 +36,8 @@ from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
 
 __all__ = ["HostedEngine"]
 
-#: How long ``stop`` waits for the engine to write its report and close.
 _STOP_S = 10.0
+"""How long ``stop`` waits for the engine to write its report and close."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT / "tests" / "support"))
 from wd_synthetic import SyntheticRun  # noqa: E402 - test scaffolding, found once its folder is on the path
 
-#: A run a few minutes in: every column holds tasks, stalls of every kind and failures show.
 TASKS, RATE, SNAPSHOTS, DT, T0 = 200_000, 2_000, 40, 0.5, 40.0
+"""A run a few minutes in: every column holds tasks, stalls of every kind and failures show."""
 
 
 async def shoot(out: Path) -> Path:

@@ -22,9 +22,9 @@ if str(SUPPORT) not in sys.path:
 # `kill -USR1 <pytest pid>` prints every thread's stack: how CI finds what keeps a finished run alive.
 faulthandler.register(signal.SIGUSR1, all_threads=True)
 
-#: CI names a file here (.ci/run): each test's id is written to it as the test starts, so that a
-#: crash that takes pytest down (a segfault in a C extension) still says which test it was in.
 _TRAIL = Path(os.environ["WARPDECK_TEST_TRAIL"]) if os.environ.get("WARPDECK_TEST_TRAIL") else None
+"""CI names a file here (.ci/run): each test's id is written to it as the test starts, so that a crash that takes pytest
+down (a segfault in a C extension) still says which test it was in."""
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:

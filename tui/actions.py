@@ -71,8 +71,8 @@ def _echo_words(answer: str) -> str:
     return " ".join(echo(word) for word in answer.split(" "))
 
 
-#: A task in one of these states has ended: there is nothing to cancel.
 _ENDED = frozenset({"done", "failed", "cancelled"})
+"""A task in one of these states has ended: there is nothing to cancel."""
 
 
 class PipelineActions(_Base):

@@ -87,8 +87,8 @@ class WarpdeckApp(CommandMode, App[int]):
         self.undo_stack = UndoStack()
         self._asked = {}
         self.stopped: EngineStopped | None = None
-        #: SIGTERM and SIGHUP end the room as a confirmed quit does (``stop_signals.py``).
         self.stop_signals = StopSignals(self._end_on_signal)
+        """SIGTERM and SIGHUP end the room as a confirmed quit does (``stop_signals.py``)."""
         self.log_path = log_path or Path(tempfile.gettempdir()) / f"warpdeck-control-room-{os.getpid()}.log"
         """Where the traceback of anything that went wrong in the control room is written."""
         self.errors = 0
@@ -455,9 +455,9 @@ class WarpdeckApp(CommandMode, App[int]):
             self.exit(0)
 
 
-#: Actions that destroy work or stop the run (each asks first): never opened over an open prompt.
-#: Textual's own ``quit`` (its ctrl+q) is ``quit_app`` by another name (``action_quit``).
 _ASKS_FIRST = asks_first() | {"quit"}
+"""Actions that destroy work or stop the run (each asks first): never opened over an open prompt. Textual's own ``quit``
+(its ctrl+q) is ``quit_app`` by another name (``action_quit``)."""
 
 
 def _filter_error(text: str) -> str | None:

@@ -46,12 +46,12 @@ from warpdeck.tui.messages import SnapshotArrived
 
 __all__ = ["AttachLink", "link_words", "replay_link", "stale_words", "unheard_words"]
 
-#: Silence longer than this (a few frames at 4 Hz) is told instead of the rates, and the run's state
-#: is no longer vouched for (``stale_words``).
 SILENT_S = 2.0
-#: While the broker cannot be reached, the room is told again this often; each notification lasts a
-#: second longer, so one is on screen until the attempts stop.
+"""Silence longer than this (a few frames at 4 Hz) is told instead of the rates, and the run's state is no longer
+vouched for (``stale_words``)."""
 RETOLD_S = 10.0
+"""While the broker cannot be reached, the room is told again this often; each notification lasts a second longer, so
+one is on screen until the attempts stop."""
 
 
 class AttachLink(_Refusals):

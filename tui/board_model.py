@@ -31,17 +31,17 @@ from warpdeck.engine.api import (
 
 __all__ = ["COLUMNS", "COMPACT_COLUMNS", "PHASE_COLUMNS", "BoardRows", "board_rows"]
 
-#: Column ids in board order, with their titles.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("queued", "queued"), ("fill", "fill"), ("h2d", "h2d"), ("compute", "compute"), ("d2h", "d2h"),
     ("sink", "sink"), ("stalled", "stalled"), ("finished", "done"),
 )
-#: The running phases' columns, in board order.
+"""Column ids in board order, with their titles."""
 PHASE_COLUMNS: tuple[str, ...] = ("fill", "h2d", "compute", "d2h", "sink")
-#: The compact layout: the phase columns joined into *running* (each row's glyph still says its phase).
+"""The running phases' columns, in board order."""
 COMPACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("queued", "queued"), ("running", "running"), ("stalled", "stalled"), ("finished", "done"),
 )
+"""The compact layout: the phase columns joined into *running* (each row's glyph still says its phase)."""
 class _Scratch(threading.local):
     """Work arrays for one table length, reused across snapshots: a fresh megabyte array per step
     costs more in page faults than the step itself."""
@@ -70,9 +70,9 @@ class BoardRows:
     totals: dict[str, int]
     failed: int
     cancelled: int
-    #: The rows are a sample (an attached room's) and ``totals`` the columns' real sizes: a title
-    #: shows the size, not the sample's length, unless a filter hides rows.
     sampled: bool = False
+    """The rows are a sample (an attached room's) and ``totals`` the columns' real sizes: a title shows the size, not
+    the sample's length, unless a filter hides rows."""
     filtered: bool = False
 
     def shown(self, cid: str, rows: npt.NDArray[np.int64]) -> int:

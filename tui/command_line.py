@@ -23,16 +23,16 @@ from warpdeck.tui.operations import SCREENS, VERBS, ArgKind
 
 __all__ = ["ECHO_CELLS", "VERBS", "CommandLineError", "IdSuggester", "Parsed", "echo", "parse", "usage"]
 
-#: How help and errors write each kind of argument.
 _WRITTEN: dict[ArgKind, str] = {"": "", "keys": "KEY…", "keys?": "[KEY…]", "key": "KEY", "int": "N", "text": "[TEXT]",
                                 "screen": "|".join(SCREENS), "theme": "NAME", "worker": "ID"}
+"""How help and errors write each kind of argument."""
 _TASK_KEYS: tuple[ArgKind, ...] = ("keys", "keys?", "key")
 _ONE_WORD: tuple[ArgKind, ...] = ("screen", "theme", "worker")
 
 _MAX_CANDIDATES = 12
 
-#: The most cells of typed text (a key, a filter, a name) that an answer repeats.
 ECHO_CELLS = 60
+"""The most cells of typed text (a key, a filter, a name) that an answer repeats."""
 
 
 def echo(text: str) -> str:

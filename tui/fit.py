@@ -22,8 +22,8 @@ from rich.cells import cell_len, get_character_cell_size
 __all__ = ["ELLIPSIS", "Part", "count", "count_forms", "first_fit", "fit_parts", "middle"]
 
 ELLIPSIS = "…"
-#: Cells of an id's head kept before the ``…`` (``syn-``): enough to tell a run's kind of id.
 HEAD = 4
+"""Cells of an id's head kept before the ``…`` (``syn-``): enough to tell a run's kind of id."""
 _UNITS = ("k", "M", "G", "T", "P")
 
 P = TypeVar("P")

@@ -54,8 +54,8 @@ __all__ = ["KeyGate", "KeyRouted"]
 Held = events.Key | events.Paste
 _R = TypeVar("_R")
 
-#: Keys a terminal merges when typed fast, by name: what was typed, as (key name, character).
 _MERGED: dict[str, tuple[tuple[str, str], ...]] = {"alt+colon": (("escape", "\x1b"), ("colon", ":"))}
+"""Keys a terminal merges when typed fast, by name: what was typed, as (key name, character)."""
 
 
 def _as_typed(event: Held) -> tuple[Held, ...]:
@@ -100,8 +100,8 @@ class KeyGate(Generic[_R]):
         self._stuck: Timer | None = None
         self._mounting_since = 0.0
         self._holds = 0
-        #: Keys typed before the question now on screen was visible: routed once it is gone.
         self._aside: list[Held] = []
+        """Keys typed before the question now on screen was visible: routed once it is gone."""
 
     @property
     def held(self) -> int:

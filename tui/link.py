@@ -48,15 +48,15 @@ class Link(Protocol):
 
     readonly: bool
     sent: list[SentCommand]
-    #: True when quitting the app stops the engine (it runs in this process); False when the app
-    #: only watches (attached to an engine elsewhere, or a replay).
     owns_engine: bool
-    #: True when the engine keeps a journal, so a stopped run resumes where it stopped.
+    """True when quitting the app stops the engine (it runs in this process); False when the app only watches (attached
+    to an engine elsewhere, or a replay)."""
     journaled: bool
-    #: Why commands are off, in words the room shows, when ``readonly``.
+    """True when the engine keeps a journal, so a stopped run resumes where it stopped."""
     readonly_reason: str
-    #: What the room says it shows, beside the status (a replay and its speed); "" for none.
+    """Why commands are off, in words the room shows, when ``readonly``."""
     label: str
+    """What the room says it shows, beside the status (a replay and its speed); "" for none."""
 
     @property
     def metrics_url(self) -> str | None:
@@ -81,8 +81,8 @@ class _Refusals:
     readonly: bool = False
     journaled: bool = False
     sent: list[SentCommand] = field(default_factory=list)
-    #: Why commands are off, in words the room shows (``read-only: no command secret …``).
     readonly_reason: str = "read-only: commands are off"
+    """Why commands are off, in words the room shows (``read-only: no command secret …``)."""
     label: str = ""
 
     @property
@@ -149,8 +149,8 @@ class StreamLink(_Refusals):
     def __init__(self, snapshots: Iterable[EngineSnapshot], *, interval: float = 0.0,
                  details: dict[str, TaskDetail] | None = None, label: str = "") -> None:
         super().__init__(readonly=False, readonly_reason="replay: no engine to command")
-        #: What the room says it shows, beside the status (a replay and its speed); "" for none.
         self.label = label
+        """What the room says it shows, beside the status (a replay and its speed); "" for none."""
         self._snapshots = snapshots
         self._interval = interval
         self._details = details or {}

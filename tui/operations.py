@@ -23,17 +23,17 @@ if TYPE_CHECKING:
 __all__ = ["COMMAND_KEYS", "GROUPS", "KEYS", "OPERATIONS", "SCOPES", "SCREENS", "VERBS", "ArgKind", "Key",
            "Operation", "Verb", "asks_first", "operation", "undoable_verbs", "while_reading"]
 
-#: Where a key works: everywhere, on one screen, or in a focused task list.
 SCOPES = ("app", "board", "list", "workers", "timeline")
-#: The help screen's groups of keys, in the order it shows them.
+"""Where a key works: everywhere, on one screen, or in a focused task list."""
 GROUPS = ("Screens", "Pipeline", "View", "Board", "Task list", "Workers", "Timeline")
-#: The screens, in the order tab steps through them.
+"""The help screen's groups of keys, in the order it shows them."""
 SCREENS = ("board", "workers", "timeline")
+"""The screens, in the order tab steps through them."""
 
-#: What a verb takes: "" nothing, "keys" task keys (one or more), "keys?" optional task keys, "key"
-#: one task key, "int" one whole number, "text" free text (may be empty), "screen", "theme" or
-#: "worker" one such name (``command_line.py`` parses, completes and writes each).
 ArgKind = Literal["", "keys", "keys?", "key", "int", "text", "screen", "theme", "worker"]
+"""What a verb takes: "" nothing, "keys" task keys (one or more), "keys?" optional task keys, "key" one task key, "int"
+one whole number, "text" free text (may be empty), "screen", "theme" or "worker" one such name (``command_line.py``
+parses, completes and writes each)."""
 
 VerbRun = Callable[["CommandMode", tuple[str, ...]], Awaitable[object] | None]
 """What a verb with arguments does, given the app and the parsed arguments."""
@@ -47,17 +47,17 @@ class Key:
 
     keys: str
     description: str
-    #: The action's arguments, as Textual writes them: ``'board'`` runs ``screen('board')``.
     params: str = ""
+    """The action's arguments, as Textual writes them: ``'board'`` runs ``screen('board')``."""
     footer: bool = False
-    #: Offered in the command palette (navigation keys are not).
     palette: bool = True
-    #: Shown as this on the help screen and footer when ``keys`` reads badly ("question_mark").
+    """Offered in the command palette (navigation keys are not)."""
     display: str | None = None
-    #: The footer's word for it (the footer is one line; the help screen has the whole sentence).
+    """Shown as this on the help screen and footer when ``keys`` reads badly ("question_mark")."""
     short: str | None = None
-    #: Checked before the focused widget's own keys (tab would otherwise move focus).
+    """The footer's word for it (the footer is one line; the help screen has the whole sentence)."""
     priority: bool = False
+    """Checked before the focused widget's own keys (tab would otherwise move focus)."""
     action: str = ""
     group: str = ""
     scope: str = "app"
@@ -83,26 +83,26 @@ class Verb:
 class Operation:
     """One thing the operator can do, reached by keys, a verb, or both."""
 
-    #: The action its keys run (``action_<name>`` in its scope); a verb without arguments runs it too.
     name: str
-    #: The help screen's group of its keys (one of ``GROUPS``; none for a verb alone).
+    """The action its keys run (``action_<name>`` in its scope); a verb without arguments runs it too."""
     group: str = ""
+    """The help screen's group of its keys (one of ``GROUPS``; none for a verb alone)."""
     keys: tuple[Key, ...] = ()
     verb: Verb | None = None
     scope: str = "app"
-    #: Destroys work or stops the run, so it asks first; it never opens while a prompt is open.
     asks: bool = False
-    #: Sends a command whose inverse ``u`` sends back (``actions.py`` pushes it).
+    """Destroys work or stops the run, so it asks first; it never opens while a prompt is open."""
     undoable: bool = False
-    #: Offered (and run) only while this holds: ``p`` is pause or resume, as the run is now.
+    """Sends a command whose inverse ``u`` sends back (``actions.py`` pushes it)."""
     when: Callable[[CommandMode], bool] | None = None
-    #: What a verb answers when ``when`` does not hold (``already paused``): it never goes unanswered.
+    """Offered (and run) only while this holds: ``p`` is pause or resume, as the run is now."""
     otherwise: str = ""
-    #: Sends the engine a command: offered only while the room may command a running engine (not
-    #: read-only, not after the run), and refused with the reason otherwise (``command_refusal``).
+    """What a verb answers when ``when`` does not hold (``already paused``): it never goes unanswered."""
     commands: bool = False
-    #: Its keys work over the help and a task's detail too, which hide the app's keys.
+    """Sends the engine a command: offered only while the room may command a running engine (not read-only, not after
+    the run), and refused with the reason otherwise (``command_refusal``)."""
     while_reading: bool = False
+    """Its keys work over the help and a task's detail too, which hide the app's keys."""
 
 
 # In the order the verbs are listed, completed and offered; help shows the keys by ``GROUPS``.
@@ -188,20 +188,20 @@ OPERATIONS: tuple[Operation, ...] = (
               Verb("quit", "", "leave the control room (asks while work is running)"), asks=True),
 )
 
-#: Every key of every operation, its operation's action, group and scope filled in, by ``GROUPS``.
 KEYS: tuple[Key, ...] = tuple(sorted(
     (replace(k, action=f"{op.name}({k.params})" if k.params else op.name, group=op.group, scope=op.scope)
      for op in OPERATIONS for k in op.keys),
     key=lambda k: GROUPS.index(k.group)))
+"""Every key of every operation, its operation's action, group and scope filled in, by ``GROUPS``."""
 
-#: Every verb by name, in table order, each with its operation's action filled in.
 VERBS: dict[str, Verb] = {op.verb.name: replace(op.verb, action=op.name) for op in OPERATIONS if op.verb is not None}
+"""Every verb by name, in table order, each with its operation's action filled in."""
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
 
-#: (scope, Textual key name) of every key whose operation commands the engine (``Operation.commands``).
 COMMAND_KEYS: frozenset[tuple[str, str]] = frozenset(
     (k.scope, name) for k in KEYS if _BY_NAME[k.action.partition("(")[0]].commands for name in k.keys.split(","))
+"""(scope, Textual key name) of every key whose operation commands the engine (``Operation.commands``)."""
 
 
 def operation(action: str) -> Operation | None:

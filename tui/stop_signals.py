@@ -28,8 +28,8 @@ from typing import Any
 
 __all__ = ["STOP_SIGNALS", "StopSignals", "release_dead_terminal", "terminal_gone"]
 
-#: The signals that end the control room as a confirmed quit does.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that end the control room as a confirmed quit does."""
 
 
 class StopSignals:
@@ -39,8 +39,8 @@ class StopSignals:
         self._on_signal = on_signal
         self._loop: asyncio.AbstractEventLoop | None = None
         self._installed: list[int] = []
-        #: The first signal that came, if one did.
         self.received: int | None = None
+        """The first signal that came, if one did."""
 
     def install(self) -> None:
         """Take the signals on the running loop (call from the app's loop)."""

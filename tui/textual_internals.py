@@ -18,10 +18,9 @@ from textual.widget import Widget
 
 __all__ = ["TEXTUAL_WRITTEN_FOR", "USED", "check", "missing"]
 
-#: The Textual release these overrides were written and tested against.
 TEXTUAL_WRITTEN_FOR = "8.2.8"
+"""The Textual release these overrides were written and tested against."""
 
-#: (class, private names on an instance of it, where warpdeck uses them).
 USED: tuple[tuple[type[object], tuple[str, ...], str], ...] = (
     (Screen, ("_on_timer_update", "_on_idle", "_layout_required", "_scroll_required", "_repaint_required",
               "_recompose_required", "_dirty_widgets", "_invoke_and_clear_callbacks"), "tui/screens/main.py"),
@@ -30,6 +29,7 @@ USED: tuple[tuple[type[object], tuple[str, ...], str], ...] = (
     (App, ("_exception",), "tui/app.py"),
     (Widget, ("_size_updated", "_selector_names"), "tui/widgets/task_list.py"),
 )
+"""(class, private names on an instance of it, where warpdeck uses them)."""
 
 
 def missing() -> list[str]:

@@ -22,8 +22,8 @@ __all__ = ["WorkerChange", "WorkerLog", "same_workers", "worker_changes"]
 
 Severity = Literal["information", "warning", "error"]
 
-#: States a worker is not working in: one that leaves them under a newer epoch is back.
 _DOWN = frozenset({WorkerState.DEAD, WorkerState.HUNG, WorkerState.STALE})
+"""States a worker is not working in: one that leaves them under a newer epoch is back."""
 
 
 def worker_changes(before: Sequence[WorkerView], after: Sequence[WorkerView]) -> list[tuple[str, Severity]]:
@@ -76,8 +76,8 @@ class WorkerLog:
 
     def __init__(self, keep: int = 200) -> None:
         self._changes: deque[WorkerChange] = deque(maxlen=keep)
-        #: Changes added so far, the forgotten ones included (grows by one with each).
         self.said = 0
+        """Changes added so far, the forgotten ones included (grows by one with each)."""
 
     def add(self, t: float, line: str, severity: Severity) -> WorkerChange:
         change = WorkerChange(t, line, severity)

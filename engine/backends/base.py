@@ -89,20 +89,20 @@ class Marker:
     future: cf.Future[Any]
     t0: float = 0.0
     t1: float = 0.0
-    #: The future's result is a device event to wait for (else it is the job's plain result).
     device: bool = False
-    #: CPU seconds the job's thread spent in it (``time.thread_time``): a host phase that burns
-    #: CPU scales with cores, one that waits (I/O, sleep) with threads (engine/state/metrics.py).
+    """The future's result is a device event to wait for (else it is the job's plain result)."""
     cpu: float = 0.0
-    #: Set by a backend that times the work on the device itself (CuPy: CUDA events): returns the
-    #: work's (start, end) on ``time.perf_counter``'s time base; read once the marker is done,
-    #: off the hot path (``phase_spans``). None: ``t0``/``t1`` are the interval (host clock).
+    """CPU seconds the job's thread spent in it (``time.thread_time``): a host phase that burns CPU scales with cores,
+    one that waits (I/O, sleep) with threads (engine/state/metrics.py)."""
     clock: Callable[[], tuple[float, float]] | None = None
-    #: For a release marker: what holds its buffer until the release ends by itself: the jobs that
-    #: use it (``chain_release`` adds the last) and the release it was handed on from. Cleared when
-    #: the last job ends. A job whose dependency was released early (``free``) while any of these
-    #: still holds the buffer fails instead of running (``BufferStillHeld``).
+    """Set by a backend that times the work on the device itself (CuPy: CUDA events): returns the work's (start, end) on
+    ``time.perf_counter``'s time base; read once the marker is done, off the hot path (``phase_spans``). None:
+    ``t0``/``t1`` are the interval (host clock)."""
     held_by: tuple[Marker, ...] = ()
+    """For a release marker: what holds its buffer until the release ends by itself: the jobs that use it
+    (``chain_release`` adds the last) and the release it was handed on from. Cleared when the last job ends. A job whose
+    dependency was released early (``free``) while any of these still holds the buffer fails instead of running
+    (``BufferStillHeld``)."""
 
     def _event(self) -> DeviceEvent | None:
         return self.future.result() if self.device else None
@@ -216,9 +216,9 @@ def done_marker(phase: Phase) -> Marker:
     return Marker(phase, fut, device=True)
 
 
-#: ``count(out, counts)``: the number of NaN and infinite values in each row of ``out`` (n, ...),
-#: written into ``counts`` (n,) int32, queued on the current stream (``Backend.nonfinite_counter``).
 NonfiniteCounter = Callable[[Any, Any], None]
+"""``count(out, counts)``: the number of NaN and infinite values in each row of ``out`` (n, ...), written into
+``counts`` (n,) int32, queued on the current stream (``Backend.nonfinite_counter``)."""
 
 
 _CHARGED = threading.local()
@@ -230,8 +230,8 @@ def charge_cpu(seconds: float) -> None:
     _CHARGED.s = getattr(_CHARGED, "s", 0.0) + seconds
 
 
-#: The phases that run on host threads only, and may run on several at once (``HostPool``).
 HOST_PHASES = (Phase.FILL, Phase.SINK)
+"""The phases that run on host threads only, and may run on several at once (``HostPool``)."""
 
 
 class StreamSet:
@@ -373,8 +373,8 @@ def _check_held(phase: Phase, deps: Sequence[Marker]) -> None:
                 f"its release was freed before {holder.phase.name.lower()} was done with it")
 
 
-#: How often a job blocked on a dependency looks whether its streams were closed.
 _CLOSED_POLL_S = 0.05
+"""How often a job blocked on a dependency looks whether its streams were closed."""
 
 
 def _wait_submitted(d: Marker, closed: threading.Event) -> BaseException | None:

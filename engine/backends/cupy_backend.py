@@ -44,19 +44,18 @@ from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["DEVICE_CLOCK", "PHASE_CLOCKS", "CupyBackend", "cupy_unavailable_reason", "torch_stream_context"]
 
-#: How a device phase's interval is measured on CuPy (``Backend.phase_clocks``).
 DEVICE_CLOCK = "device (CUDA events)"
+"""How a device phase's interval is measured on CuPy (``Backend.phase_clocks``)."""
 
-#: ``CupyBackend.phase_clocks``: fill and sink run on host threads; h2d, compute and d2h are timed
-#: by CUDA events.
 PHASE_CLOCKS: Mapping[str, str] = MappingProxyType({
     p.label: HOST_CLOCK if p in HOST_PHASES else DEVICE_CLOCK for p in RUN_PHASES
 })
+"""``CupyBackend.phase_clocks``: fill and sink run on host threads; h2d, compute and d2h are timed by CUDA events."""
 
-#: How long one reference event places a lane's device times. CUDA gives elapsed times as float32
-#: milliseconds (steps of ~8 µs 100 s after the reference, ~0.25 ms an hour after) and the card's
-#: timer drifts from the host's, so a lane takes a fresh reference this often.
 _REFERENCE_S = 30.0
+"""How long one reference event places a lane's device times. CUDA gives elapsed times as float32 milliseconds (steps of
+~8 µs 100 s after the reference, ~0.25 ms an hour after) and the card's timer drifts from the host's, so a lane takes a
+fresh reference this often."""
 
 
 def _import_cupy() -> ModuleType:
@@ -129,8 +128,8 @@ class _EventSpan:
         self.ref: tuple[Any, float] | None = None
         self.start: Any = None
         self.end: Any = None
-        #: When the job's thread reached the work (host clock): the span of a job read too early.
         self.host_t0 = 0.0
+        """When the job's thread reached the work (host clock): the span of a job read too early."""
 
     def __call__(self) -> tuple[float, float]:
         if self.ref is None or self.end is None or not self.end.done:
@@ -198,9 +197,9 @@ class _Waiter:
             self._thread = None
 
 
-#: ``cudaHostRegisterPortable``: the memory is page-locked for every CUDA context, not only the
-#: current one (a lane's thread may make another device current).
 _HOST_REGISTER_PORTABLE = 1
+"""``cudaHostRegisterPortable``: the memory is page-locked for every CUDA context, not only the current one (a lane's
+thread may make another device current)."""
 
 
 def _unpinnable(arena: SharedArena, why: str) -> str:
@@ -255,8 +254,8 @@ class CupyBackend:
         raw = props.get("name", b"cuda")
         self.device_name = raw.decode() if isinstance(raw, bytes) else str(raw)
         self.reason = reason
-        #: How each phase's interval is measured (``PHASE_CLOCKS``).
         self.phase_clocks: dict[str, str] = dict(PHASE_CLOCKS)
+        """How each phase's interval is measured (``PHASE_CLOCKS``)."""
         self._pinned: list[Any] = []
         self._registered: list[_Registration] = []
         self._nonfinite: Any = None  # the reduction kernel, made on first use

@@ -21,9 +21,9 @@ from warpdeck.engine.state.task_states import RUN_PHASES, Phase
 
 __all__ = ["HOST_CLOCK", "NumpyBackend"]
 
-#: How a phase timed on the host is measured (``Backend.phase_clocks``): when its job's thread
-#: started and ended it, on ``time.perf_counter``.
 HOST_CLOCK = "host (perf_counter)"
+"""How a phase timed on the host is measured (``Backend.phase_clocks``): when its job's thread started and ended it, on
+``time.perf_counter``."""
 
 
 class NumpyBackend:
@@ -35,8 +35,8 @@ class NumpyBackend:
 
     def __init__(self, reason: str = "requested") -> None:
         self.reason = reason
-        #: Every phase runs on a host thread, so the host times every phase.
         self.phase_clocks: dict[str, str] = dict.fromkeys((p.label for p in RUN_PHASES), HOST_CLOCK)
+        """Every phase runs on a host thread, so the host times every phase."""
 
     def host_buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
         return np.empty(nbytes, np.uint8)

@@ -51,15 +51,15 @@ from warpdeck.engine.backends.shared_memory import attach
 
 __all__ = ["ProcessPool", "RowLoader", "WorkerLost", "WorkerView", "worker_main"]
 
-#: ``loader(handle, row)``: writes one item's input into ``row`` in place (runs in a worker).
 RowLoader = Callable[[Any, npt.NDArray[Any]], None]
+"""``loader(handle, row)``: writes one item's input into ``row`` in place (runs in a worker)."""
 
-#: Buffers a worker keeps mapped (a slot that grew leaves its old buffer behind).
 _MAPPED_MAX = 32
-#: How long a new worker may take to start and import the loader's module.
+"""Buffers a worker keeps mapped (a slot that grew leaves its old buffer behind)."""
 _START_S = 120.0
-#: How often a worker looks whether the engine that started it is still there.
+"""How long a new worker may take to start and import the loader's module."""
 _ORPHAN_POLL_S = 0.5
+"""How often a worker looks whether the engine that started it is still there."""
 
 
 class WorkerLost(RuntimeError):
@@ -77,8 +77,8 @@ class WorkerView:
 
     pid: int
     jobs: int
-    #: Seconds it spent on batches since it started, and its age in seconds.
     busy_s: float
+    """Seconds it spent on batches since it started, and its age in seconds."""
     age_s: float
 
     @property
@@ -194,9 +194,9 @@ def worker_main(fd: int, parent: int, path_json: str) -> None:
     _serve(mpc.Connection(fd))
 
 
-#: A worker's program: ``python -c _BOOT FD PARENT_PID SYS_PATH_JSON``.
 _BOOT = ("import sys; from warpdeck.engine.backends.process_pool import worker_main; "
          "worker_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+"""A worker's program: ``python -c _BOOT FD PARENT_PID SYS_PATH_JSON``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,17 +278,17 @@ class ProcessPool:
         self.deadline_s = deadline_s
         self._size = max(1, int(workers))
         self._lock = threading.Lock()
-        #: Started workers free for a batch; a failed start; None: closed.
         self._idle: queue.SimpleQueue[_Worker | _StartFailed | None] = queue.SimpleQueue()
+        """Started workers free for a batch; a failed start; None: closed."""
         self._workers: list[_Worker] = []
         self._started = 0
         self._closed = False
-        #: When the newest worker finished starting (``time.perf_counter``; 0: none yet).
         self.ready_at = 0.0
-        #: Workers that died or hung and were replaced.
+        """When the newest worker finished starting (``time.perf_counter``; 0: none yet)."""
         self.replaced = 0
-        #: Each replaced worker's pid and how it ended, newest last (the report names them).
+        """Workers that died or hung and were replaced."""
         self.losses: list[tuple[int, str]] = []
+        """Each replaced worker's pid and how it ended, newest last (the report names them)."""
 
     @property
     def workers(self) -> int:

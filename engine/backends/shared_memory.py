@@ -36,11 +36,11 @@ import numpy.typing as npt
 
 __all__ = ["ARENA_PREFIX", "SharedArena", "SharedBuffer", "attach", "default_root", "memory_backed", "reap_stale"]
 
-#: Every arena's folder name starts with this (``reap_stale`` looks for nothing else).
 ARENA_PREFIX = "warpdeck-shm-"
+"""Every arena's folder name starts with this (``reap_stale`` looks for nothing else)."""
 _LOCK = "owner.lock"
-#: A folder with no lock file yet is another start making it, unless it is older than this.
 _UNLOCKED_GRACE_S = 60.0
+"""A folder with no lock file yet is another start making it, unless it is older than this."""
 
 
 def default_root() -> Path:
@@ -52,8 +52,8 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
-#: File systems whose files live in memory: a mapping of one can be page-locked for a device.
 _MEMORY_FS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+"""File systems whose files live in memory: a mapping of one can be page-locked for a device."""
 
 
 def memory_backed(path: Path) -> bool | None:
@@ -85,8 +85,8 @@ class SharedBuffer:
         self.nbytes = nbytes
         self._map = _map(path, nbytes, create=True)
         self.array: npt.NDArray[np.uint8] = np.frombuffer(self._map, np.uint8, nbytes)
-        #: Called, last added first, before the memory is unmapped (the device lets go of it).
         self.on_close: list[Callable[[], None]] = []
+        """Called, last added first, before the memory is unmapped (the device lets go of it)."""
 
     @property
     def address(self) -> int:
@@ -190,9 +190,9 @@ class SharedArena:
         self.close()
 
 
-#: Arenas not closed yet: closed at interpreter exit, so a process that ends normally leaves none
-#: behind even where an owner forgot (a SIGKILL is for ``reap_stale``).
 _OPEN: weakref.WeakSet[SharedArena] = weakref.WeakSet()
+"""Arenas not closed yet: closed at interpreter exit, so a process that ends normally leaves none behind even where an
+owner forgot (a SIGKILL is for ``reap_stale``)."""
 
 
 @atexit.register

@@ -47,12 +47,12 @@ class CommandIntake:
         self._command = command
         self._summaries = summaries
         self._events = events
-        #: Commands refused, by reason.
         self.refused: Counter[str] = Counter()
-        #: Verified commands the engine ran, whatever they answered.
+        """Commands refused, by reason."""
         self.applied = 0
-        #: The engine's loop, where commands run; set when the plane starts.
+        """Verified commands the engine ran, whatever they answered."""
         self.engine_loop: asyncio.AbstractEventLoop | None = None
+        """The engine's loop, where commands run; set when the plane starts."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_command(self, payload: bytes) -> None:

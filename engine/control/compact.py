@@ -38,30 +38,29 @@ __all__ = [
     "unpack_record",
 ]
 
-#: The longest run one number may stand for (a column sample is far shorter).
 MAX_RUN = 100_000
-#: Keys one board column's sample may stand for on the wire.
+"""The longest run one number may stand for (a column sample is far shorter)."""
 MAX_COLUMN_KEYS = 1000
-#: Board columns telemetry samples: the board's, with done, failed and cancelled apart.
+"""Keys one board column's sample may stand for on the wire."""
 ColumnName = Literal["queued", "fill", "h2d", "compute", "d2h", "sink", "stalled", "done", "failed", "cancelled"]
+"""Board columns telemetry samples: the board's, with done, failed and cancelled apart."""
 _US = 1_000_000
 _Key = Annotated[str, Field(max_length=4096)]
-#: One item of a column's runs on the wire: a key, or how many successors follow the key before it.
 ColumnItem = _Key | Annotated[int, Field(ge=1, le=MAX_RUN)]
+"""One item of a column's runs on the wire: a key, or how many successors follow the key before it."""
 _Micros = Annotated[int, Field(ge=-(2**53), le=2**53)]
-#: A batch record on the wire: ``[batch, lane, slot, tasks, key, ok, nbytes, out_nbytes, formed, phases,
-#: cpu]`` (``nbytes`` the batch's inputs, ``out_nbytes`` its outputs).
-#: ``formed`` is microseconds since the engine started; ``phases`` holds each phase's start and end
-#: in microseconds since ``formed`` (both null for a phase the batch never reached); ``cpu`` each
-#: phase's CPU microseconds (empty when not measured).
 PackedRecord = tuple[
     Annotated[int, Field(ge=-1)], Annotated[int, Field(ge=-1)], Annotated[int, Field(ge=-1)],
     Annotated[int, Field(ge=0)], _Key, bool, Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)], _Micros,
     Annotated[tuple[_Micros | None, ...], Field(max_length=32)],
     Annotated[tuple[Annotated[int, Field(ge=0, le=2**53)], ...], Field(max_length=16)],
 ]
-#: The last run of digits in a key, and what follows it.
+"""A batch record on the wire: ``[batch, lane, slot, tasks, key, ok, nbytes, out_nbytes, formed, phases, cpu]``
+(``nbytes`` the batch's inputs, ``out_nbytes`` its outputs). ``formed`` is microseconds since the engine started;
+``phases`` holds each phase's start and end in microseconds since ``formed`` (both null for a phase the batch never
+reached); ``cpu`` each phase's CPU microseconds (empty when not measured)."""
 _LAST_NUMBER = re.compile(r"(\d+)(\D*)\Z")
+"""The last run of digits in a key, and what follows it."""
 
 
 def _us(seconds: float) -> int:

@@ -49,9 +49,9 @@ from warpdeck.engine.control.worker_auth import sign_worker, verified
 
 __all__ = ["Heartbeater", "NvmlSampler", "WorkerProbe", "main"]
 
-#: Heartbeats remembered in ``Heartbeater.outbox``: 16 s at 2 Hz, and fewer than the 256 sequence
-#: numbers, so a (epoch, seq) pair in it is unambiguous.
 _OUTBOX = 32
+"""Heartbeats remembered in ``Heartbeater.outbox``: 16 s at 2 Hz, and fewer than the 256 sequence numbers, so a (epoch,
+seq) pair in it is unambiguous."""
 _DEATH = frozenset(("death",))
 
 
@@ -111,8 +111,8 @@ class Heartbeater:
         secret: bytes | None = None,
     ) -> None:
         self.address = address
-        #: Signs every birth, heartbeat and death, and only a signed death convicts this worker.
         self.secret = secret
+        """Signs every birth, heartbeat and death, and only a signed death convicts this worker."""
         self.topics = topics
         self.worker_id = check_name("worker id", worker_id)
         self.probe = probe or WorkerProbe()
@@ -122,14 +122,13 @@ class Heartbeater:
         self.epoch = 0
         self.seq = 0
         self.sent = 0
-        #: The newest heartbeats sent under the current connection: (epoch, seq, time.monotonic()
-        #: just before the send). A monitor in this process compares them with what it hears to
-        #: tell how far its own input runs behind (see engine/control/lag.py). Appended on the
-        #: heartbeat's thread; read from any other only through ``sent_since``.
         self.outbox: deque[tuple[int, int, float]] = deque(maxlen=_OUTBOX)
+        """The newest heartbeats sent under the current connection: (epoch, seq, time.monotonic() just before the send).
+        A monitor in this process compares them with what it hears to tell how far its own input runs behind (see
+        engine/control/lag.py). Appended on the heartbeat's thread; read from any other only through ``sent_since``."""
         self.reconnects = 0
-        #: Times this worker heard itself convicted while alive, and was born again.
         self.rebirths = 0
+        """Times this worker heard itself convicted while alive, and was born again."""
         self.last_error = ""
         self.connected = threading.Event()
         self._killed = False

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 __all__ = ["InputLag", "LagChange", "LagSpans"]
 
-#: One heartbeat in an outbox: (epoch, seq, time.monotonic() when it was sent).
 Sent = tuple[int, int, float]
+"""One heartbeat in an outbox: (epoch, seq, time.monotonic() when it was sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +52,15 @@ class InputLag:
         self.hold_s = hold_s
         self.resume_s = resume_s
         self.max_hold_s = max_hold_s
-        #: The lag at the last ``update``, in seconds.
         self.lag_s = 0.0
-        #: Holds begun so far, and the longest lag seen.
+        """The lag at the last ``update``, in seconds."""
         self.holds = 0
+        """Holds begun so far, and the longest lag seen."""
         self.worst_s = 0.0
         self._heard: dict[str, tuple[int, int]] = {}
         self._held_since: float | None = None
-        #: After a hold ran out, no new one until the lag has once fallen below ``resume_s``.
         self._spent = False
+        """After a hold ran out, no new one until the lag has once fallen below ``resume_s``."""
 
     @property
     def holding(self) -> bool:
@@ -119,8 +119,8 @@ class LagSpans:
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
-        #: Spans [start, end]. ``WorkerMonitor`` tests it for emptiness on every heartbeat.
         self.spans: list[list[float]] = []
+        """Spans [start, end]. ``WorkerMonitor`` tests it for emptiness on every heartbeat."""
 
     @property
     def lagging(self) -> bool:

@@ -40,9 +40,9 @@ _log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
-#: Jitter from a generator of our own: the global one belongs to the application (and a
-#: property-based test notices when a background thread draws from it).
 _JITTER = random.Random()
+"""Jitter from a generator of our own: the global one belongs to the application (and a property-based test notices when
+a background thread draws from it)."""
 
 
 class LoopThread:
@@ -51,13 +51,13 @@ class LoopThread:
     def __init__(self, name: str, main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
         self.name = name
         self._main = main
-        #: The thread's loop, once it runs (kept after it ends: ``call_soon`` then does nothing).
         self.loop: asyncio.AbstractEventLoop | None = None
+        """The thread's loop, once it runs (kept after it ends: ``call_soon`` then does nothing)."""
         self._stopping: asyncio.Event | None = None
         self._stop_asked = False
         self._thread: threading.Thread | None = None
-        #: What ``main`` raised, if it did.
         self.error: BaseException | None = None
+        """What ``main`` raised, if it did."""
 
     @property
     def alive(self) -> bool:

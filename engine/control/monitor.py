@@ -73,18 +73,18 @@ class WorkerMonitor:
     def __init__(self, config: MonitorConfig | None = None) -> None:
         self.config = config or MonitorConfig()
         self._records = WorkerRecords(self.config.max_workers, self.config.forget_after_s, self.config.grace_s)
-        #: The records by worker id (the records' own dict: every heartbeat looks a worker up here).
         self._workers = self._records.by_id
+        """The records by worker id (the records' own dict: every heartbeat looks a worker up here)."""
         self._pending: list[Verdict] = []
         self._deadlines: dict[str, float] = {}
         self._quarantined: set[str] = set()
         self._connected = True
-        #: When the input lagged: nobody's silence. ``_holds`` is its list of spans, tested per heartbeat.
         self._lag = LagSpans()
+        """When the input lagged: nobody's silence. ``_holds`` is its list of spans, tested per heartbeat."""
         self._holds = self._lag.spans
         self._disconnected_at = _NEVER
-        #: Silence is counted from no earlier than this: the last reconnection.
         self._floor = -_NEVER
+        """Silence is counted from no earlier than this: the last reconnection."""
         self._grace_until = -_NEVER
         self._stale_epoch = 0
         self._missed = 0
@@ -93,9 +93,9 @@ class WorkerMonitor:
         self._unborn = 0
         self._too_many = 0
         self._lost = 0
-        #: No live worker's silence or stuck deadline falls before this (a lower bound: a deadline
-        #: set earlier lowers it; ``tick`` sets it exactly after each scan).
         self._next_check = -_NEVER
+        """No live worker's silence or stuck deadline falls before this (a lower bound: a deadline set earlier lowers
+        it; ``tick`` sets it exactly after each scan)."""
 
     # -- events ------------------------------------------------------------------------------------
     def on_birth(

@@ -96,9 +96,9 @@ class VerdictKind(enum.StrEnum):
 
 
 VerdictReason = Literal["will", "graceful", "silent", "stuck", "progress", "idle", "rebirth"]
-#: Why an event made no change: the worker (or that epoch of it) was never born here, or a new
-#: worker's birth found every record in use.
 Refusal = Literal["unborn", "too_many_workers"]
+"""Why an event made no change: the worker (or that epoch of it) was never born here, or a new worker's birth found
+every record in use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +109,14 @@ class Verdict:
     worker_id: str
     epoch: int
     kind: VerdictKind
-    #: dead: will, graceful, silent; hung: stuck; recovered: progress, idle, rebirth.
     reason: VerdictReason
+    """dead: will, graceful, silent; hung: stuck; recovered: progress, idle, rebirth."""
     at: float
-    #: The detector's phi at ``at`` (0.0 when the worker was never heard).
     phi: float
-    #: Seconds since the last sign of life the monitor could hear (counted from its reconnection
-    #: when it was disconnected in between); None when it never heard the worker.
+    """The detector's phi at ``at`` (0.0 when the worker was never heard)."""
     silence_s: float | None
+    """Seconds since the last sign of life the monitor could hear (counted from its reconnection when it was
+    disconnected in between); None when it never heard the worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,40 +126,39 @@ class WorkerStatus:
     worker_id: str
     state: WorkerState
     epoch: int
-    #: Seconds since this epoch's last heartbeat; None before its first.
     heartbeat_age_s: float | None
+    """Seconds since this epoch's last heartbeat; None before its first."""
     phi: float
     progress: int | None
     busy: bool
     last_seq: int | None
-    #: The birth's details (host, pid, device, ...); empty when no birth of this epoch was seen.
     info: Mapping[str, object]
-    #: When this epoch was convicted; None while it lives.
+    """The birth's details (host, pid, device, ...); empty when no birth of this epoch was seen."""
     convicted_at: float | None
-    #: When the current hung episode began; None when not hung.
+    """When this epoch was convicted; None while it lives."""
     hung_since: float | None
-    #: Heartbeats of this epoch that never arrived (sequence gaps).
+    """When the current hung episode began; None when not hung."""
     missed_heartbeats: int
+    """Heartbeats of this epoch that never arrived (sequence gaps)."""
 
 
 @dataclass(frozen=True, slots=True)
 class MonitorCounters:
     """Messages the monitor counted rather than acted on."""
 
-    #: Births, heartbeats and deaths from an epoch older than the newest one known.
     stale_epoch: int
-    #: Heartbeats whose sequence numbers show that earlier ones never arrived (summed).
+    """Births, heartbeats and deaths from an epoch older than the newest one known."""
     missed_heartbeats: int
-    #: Heartbeats repeating the previous sequence number (QoS 1 redelivery).
+    """Heartbeats whose sequence numbers show that earlier ones never arrived (summed)."""
     duplicate_heartbeats: int
-    #: Heartbeats from an epoch already convicted (a frozen process that woke up).
+    """Heartbeats repeating the previous sequence number (QoS 1 redelivery)."""
     after_conviction: int
-    #: Heartbeats and deaths of a worker, or an epoch of it, never born here.
+    """Heartbeats from an epoch already convicted (a frozen process that woke up)."""
     unborn: int = 0
-    #: Births of new workers refused because every record was in use (``max_workers``).
+    """Heartbeats and deaths of a worker, or an epoch of it, never born here."""
     too_many_workers: int = 0
-    #: Records forgotten: dead (or never heard) for ``forget_after_s``, or to make room.
+    """Births of new workers refused because every record was in use (``max_workers``)."""
     forgotten: int = 0
-    #: Workers of this run convicted, each once per record (a worker forgotten and born again
-    #: counts again).
+    """Records forgotten: dead (or never heard) for ``forget_after_s``, or to make room."""
     workers_lost: int = 0
+    """Workers of this run convicted, each once per record (a worker forgotten and born again counts again)."""

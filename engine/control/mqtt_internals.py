@@ -32,8 +32,6 @@ __all__ = [
 AIOMQTT_WRITTEN_FOR: Final = "2.5.1"
 PAHO_WRITTEN_FOR: Final = "2.2.0"
 
-#: (which object, the names used on it, who uses them). ``aiomqtt.Client`` names are looked up on
-#: an instance (several are set in ``__init__``); the paho names on that instance's paho client.
 USED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
     ("aiomqtt.Client", ("_client",), "every use below reaches paho through it"),
     ("aiomqtt.Client", ("_disconnected",), "looping.connection, socket_reads"),
@@ -41,6 +39,8 @@ USED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
                      "_packet_queue", "loop_read", "loop_write", "on_message", "on_socket_register_write"),
      "socket_reads"),
 )
+"""(which object, the names used on it, who uses them). ``aiomqtt.Client`` names are looked up on an instance (several
+are set in ``__init__``); the paho names on that instance's paho client."""
 
 
 def missing(aclient: Any | None = None) -> list[str]:

@@ -46,21 +46,21 @@ __all__ = [
     "send_events",
 ]
 
-#: Events waiting at most; each is a few hundred bytes (at most ~8 KiB).
 EVENT_QUEUE_LIMIT = 1000
-#: Long-lived publishers draining the event queue, so at most this many QoS-1 events await their
-#: acknowledgement at once (aiomqtt warns above 10 pending calls, telemetry's and deaths' included).
+"""Events waiting at most; each is a few hundred bytes (at most ~8 KiB)."""
 EVENT_PUBLISHERS = 4
+"""Long-lived publishers draining the event queue, so at most this many QoS-1 events await their acknowledgement at once
+(aiomqtt warns above 10 pending calls, telemetry's and deaths' included)."""
 _TEXT = 4096
 
 SummaryKind = Literal["command_refused", "message_dropped"]
 
 
-#: Events told per task or per batch: as many as the run has failures and stalled batches (one per
-#: batch under backpressure). They go out after the others and, when the queue is full, are dropped first, so
-#: they never crowd out or hold back the few an operator must hear: verdicts, command outcomes (a
-#: sender waits for its answer), summaries of refusals and drops.
 PER_TASK: Final = frozenset(("task_failed", "stall_began", "stall_ended"))
+"""Events told per task or per batch: as many as the run has failures and stalled batches (one per batch under
+backpressure). They go out after the others and, when the queue is full, are dropped first, so they never crowd out or
+hold back the few an operator must hear: verdicts, command outcomes (a sender waits for its answer), summaries of
+refusals and drops."""
 
 
 class EventQueue:
@@ -77,8 +77,8 @@ class EventQueue:
         self._tasks: deque[Event] = deque()
         self.limit = limit
         self._ready = asyncio.Event()
-        #: Events dropped because the queue was full.
         self.dropped = 0
+        """Events dropped because the queue was full."""
 
     def __len__(self) -> int:
         return len(self._tasks) + len(self._others)

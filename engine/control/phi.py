@@ -106,14 +106,14 @@ class PhiAccrual:
         self.min_std_s = min_std_s
         self.acceptable_pause_s = acceptable_pause_s
         self.min_samples = min_samples
-        #: When the last heartbeat arrived; None before the first.
         self.last_arrival: float | None = None
+        """When the last heartbeat arrived; None before the first."""
         self._intervals: deque[float] = deque(maxlen=window)
         self._sum = 0.0
         self._sumsq = 0.0
         self._evictions = 0
-        #: ``mean_std()``, and the mean plus the acceptable pause: worked out when the window changes.
         self._mean = self._std = self._expect = 0.0
+        """``mean_std()``, and the mean plus the acceptable pause: worked out when the window changes."""
         self._refresh()
 
     @property

@@ -111,31 +111,31 @@ class ControlPlane:
         self.topics = topics
         self._cmd_topic = topics.cmd  # compared with every message's topic: built once
         self._local = list(workers)
-        #: The in-process workers' heartbeats, by worker id (each its own connection and Will).
         self.heartbeaters: dict[str, Heartbeater] = {}
+        """The in-process workers' heartbeats, by worker id (each its own connection and Will)."""
         self._latest = latest
         self._on_verdict = on_verdict
         cfg = settings.monitor or MonitorConfig(interval_s=settings.heartbeat_s)
         self.monitor = WorkerMonitor(cfg)
-        #: How far behind the plane hears, measured with the in-process workers' heartbeats.
         hold = settings.input_lag_hold_s
         self.lag = InputLag(hold, resume_s=(hold or 0.5) / 2)
+        """How far behind the plane hears, measured with the in-process workers' heartbeats."""
         self.verifier = Verifier(settings.secret)
-        #: Which worker messages to act on: with a secret, only those that verify.
         self.worker_auth = WorkerAuth(settings.secret)
+        """Which worker messages to act on: with a secret, only those that verify."""
         self.dropped = DropCounter()
-        #: Refusals and drops per reason, told at most once a second each.
         self.summaries = Summaries()
-        #: Every event on its way out; when full the oldest goes (per-task events first), counted in
-        #: ``events.dropped``: never in ``dropped``, which counts what others sent.
+        """Refusals and drops per reason, told at most once a second each."""
         self.events = EventQueue()
-        #: The run's stall events (one per batch), told as events; telemetry frames and failures.
+        """Every event on its way out; when full the oldest goes (per-task events first), counted in ``events.dropped``:
+        never in ``dropped``, which counts what others sent."""
         self.stalls = StallEvents()
+        """The run's stall events (one per batch), told as events; telemetry frames and failures."""
         self._unheard = run_events.subscribe(self.stalls.on_run_event) if run_events is not None else None
         self.frames, self._failures = TelemetryFrames(), EventTracker()
         self._commands = CommandIntake(self.verifier, command, self.summaries, self.events)
-        #: Commands refused, by reason (the command intake's count).
         self.refused = self._commands.refused
+        """Commands refused, by reason (the command intake's count)."""
         self._intake = WorkerIntake(self.monitor, self.lag, self.worker_auth, self.heartbeaters, self._drop,
                                     topics=topics, secret=settings.secret, will_hold_s=settings.will_hold_s)
         # Every worker message comes this way: the intake's method, looked up once.
@@ -144,22 +144,22 @@ class ControlPlane:
         self.connected = threading.Event()
         self.address: BrokerAddress | None = settings.broker
         self.error = ""
-        #: Stopped on an error for the rest of the run (``view().stopped``; the room says so at once).
         self.stopped = False
-        #: The monitor's view of every worker, replaced whole after each tick (read from any thread).
+        """Stopped on an error for the rest of the run (``view().stopped``; the room says so at once)."""
         self.workers: tuple[WorkerStatus, ...] = ()
+        """The monitor's view of every worker, replaced whole after each tick (read from any thread)."""
         self._client: Any = None
-        #: The current connection's batched reader (None: aiomqtt's own path).
         self.batched: BatchedReader | None = None
-        #: Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``).
+        """The current connection's batched reader (None: aiomqtt's own path)."""
         self.verdicts: deque[Verdict] = deque(maxlen=1000)
+        """Every verdict, newest last (bounded), with the monitor's clock (``time.monotonic``)."""
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._broker: EmbeddedBroker | None = None
         self._thread = LoopThread("warpdeck-control", self._main)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = time.time()
-        #: When the current connection's subscriptions took effect (monotonic; inf while there is none).
         self._listening_since = math.inf
+        """When the current connection's subscriptions took effect (monotonic; inf while there is none)."""
 
     # -- lifecycle (engine thread) ------------------------------------------------------------
     def start(self) -> None:

@@ -60,8 +60,8 @@ __all__ = ["RecordingError", "RemoteEngine", "read_recording"]
 _TELEMETRY = frozenset(("telemetry",))
 _EVENTS = frozenset(("event",))
 _STATE = frozenset(("engine_state",))
-#: While no frame arrives, the latest snapshot goes out again this often with the link's view.
 _SILENCE_TICK_S = 1.0
+"""While no frame arrives, the latest snapshot goes out again this often with the link's view."""
 
 
 class RemoteEngine:
@@ -75,22 +75,22 @@ class RemoteEngine:
         self.topics = Topics(pipeline)
         self._signer = Signer(secret) if secret else None
         self.on_snapshot = on_snapshot
-        #: Told on the client's thread: "" when a connection is made; why, in words, when an attempt
-        #: fails or the connection is lost (``connection refused``), once per attempt.
         self.on_connection = on_connection
+        """Told on the client's thread: "" when a connection is made; why, in words, when an attempt fails or the
+        connection is lost (``connection refused``), once per attempt."""
         self._record_path = record
         self._record: IO[str] | None = None
         self.timeout_s = timeout_s
         self.dropped = DropCounter()
         self.connected = threading.Event()
         self.engine_state = "unknown"
-        #: Why the last attempt to connect failed or the connection was lost ("" while connected).
         self.error = ""
+        """Why the last attempt to connect failed or the connection was lost ("" while connected)."""
         self.events: deque[Event] = deque(maxlen=1000)
         self.latest: EngineSnapshot | None = None
         self._timeline: deque[BatchRecord] = deque(maxlen=2048)
-        #: The link as frames arrive: bytes and frames a second, lag, frames lost (``link``).
         self.meter = LinkMeter()
+        """The link as frames arrive: bytes and frames a second, lag, frames lost (``link``)."""
         self._answers: dict[str, asyncio.Future[Event]] = {}
         self._client: Any = None
         self._thread = LoopThread("warpdeck-attach", self._main)
@@ -266,14 +266,14 @@ class RecordingError(ValueError):
         what = "not a recording this build reads" if other_version else "not a warpdeck recording"
         super().__init__(f"{what}: {path}: {why}")
         self.path = path
-        #: What the file is instead, in words (``it is empty``, ``no telemetry on line 1 (…)``).
         self.why = why
-        #: A recording of another telemetry version (a newer or older warpdeck's).
+        """What the file is instead, in words (``it is empty``, ``no telemetry on line 1 (…)``)."""
         self.other_version = other_version
+        """A recording of another telemetry version (a newer or older warpdeck's)."""
 
 
-#: The longest line a recording's frame can take (an inflated frame's limit, and its newline).
 _LINE_LIMIT = MAX_BYTES["telemetry"] + 1
+"""The longest line a recording's frame can take (an inflated frame's limit, and its newline)."""
 
 
 def read_recording(path: Path, refused: list[WireError] | None = None) -> Generator[EngineSnapshot]:

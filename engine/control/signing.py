@@ -34,11 +34,11 @@ from warpdeck.engine.state.commands import COMMAND_ADAPTER, Command
 __all__ = ["SECRET_ENV", "CommandRefused", "NonceCache", "Signer", "Verifier", "load_secret"]
 
 SECRET_ENV = "WARPDECK_SECRET"
-#: Shortest secret accepted, in bytes: HMAC-SHA256 wants at least 128 bits of key.
 MIN_SECRET_BYTES = 16
-#: Most commands accepted within one replay window (twice the clock-skew window): far more than
-#: operators send, and about 1 MB of nonces.
+"""Shortest secret accepted, in bytes: HMAC-SHA256 wants at least 128 bits of key."""
 MAX_NONCES = 4096
+"""Most commands accepted within one replay window (twice the clock-skew window): far more than operators send, and
+about 1 MB of nonces."""
 
 
 class CommandRefused(Exception):

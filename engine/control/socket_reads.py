@@ -58,17 +58,17 @@ __all__ = ["BatchedReader", "read_in_batches"]
 
 _log = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
-#: The first byte of a PUBLISH at QoS 0 without dup, less its retain bit; a topic's length field.
 _PUBLISH_QOS0 = 0x30
-#: The same at QoS 1, less its retain and dup bits (a QoS 1 redelivery is handled as paho does:
-#: handed over again and acknowledged); a packet id's length.
+"""The first byte of a PUBLISH at QoS 0 without dup, less its retain bit; a topic's length field."""
 _PUBLISH_QOS1 = 0x32
+"""The same at QoS 1, less its retain and dup bits (a QoS 1 redelivery is handled as paho does: handed over again and
+acknowledged); a packet id's length."""
 _TOPIC_LEN = 2
 _MID_LEN = 2
-#: A PUBACK's fixed header (MQTT 3.1.1): its packet id follows.
 _PUBACK = bytes((paho.PUBACK, _MID_LEN))
-#: Packets read in one pass at most, so a flood cannot hold the loop (the rest wait every_s).
+"""A PUBACK's fixed header (MQTT 3.1.1): its packet id follows."""
 _MAX_PACKETS = 20_000
+"""Packets read in one pass at most, so a flood cannot hold the loop (the rest wait every_s)."""
 
 Handler = Callable[[str, bytes, bool], None]
 
@@ -89,18 +89,18 @@ class BatchedReader:
         self._buf = b""
         self._pos = 0
         self._dry = False
-        #: This pass read bytes; its last read was shorter than a chunk (so the socket is empty).
         self._got = False
+        """This pass read bytes; its last read was shorter than a chunk (so the socket is empty)."""
         self._short = False
-        #: A short read says the socket is empty only on plain TCP: TLS returns a record at a time.
         self._trust_short = not hasattr(self.sock, "pending")
-        #: QoS 0 PUBLISH packets are parsed here (MQTT 3.1 and 3.1.1 only: 5 adds properties).
+        """A short read says the socket is empty only on plain TCP: TLS returns a record at a time."""
         self._fast = self.paho._protocol in (paho.MQTTv31, paho.MQTTv311)
+        """QoS 0 PUBLISH packets are parsed here (MQTT 3.1 and 3.1.1 only: 5 adds properties)."""
         self._timer: asyncio.TimerHandle | None = None
-        #: Set when a paho internal failed at run time: this connection reads through aiomqtt's path.
         self.fell_back: BaseException | None = None
-        #: Wake-ups, system reads and packets so far, and the packets parsed here without paho.
+        """Set when a paho internal failed at run time: this connection reads through aiomqtt's path."""
         self.wakeups = 0
+        """Wake-ups, system reads and packets so far, and the packets parsed here without paho."""
         self.reads = 0
         self.packets = 0
         self.parsed = 0

@@ -52,30 +52,30 @@ __all__ = [
     "summarize",
 ]
 
-#: Keys sent per board column at most: more than any terminal shows at once.
 COLUMN_SAMPLE: Final = 200
-#: The most bytes a frame may take on the wire (compressed): under the 16 KB target, with room
-#: for the MQTT header and a figure that grew.
+"""Keys sent per board column at most: more than any terminal shows at once."""
 FRAME_BUDGET: Final = 12 * 1024
-#: Samples per frame, level by level: keys per column, stalled tasks, failures. A frame takes the
-#: first level that fits its budget (the last one whatever it takes).
+"""The most bytes a frame may take on the wire (compressed): under the 16 KB target, with room for the MQTT header and a
+figure that grew."""
 LEVELS: Final = ((COLUMN_SAMPLE, 200, 100), (100, 100, 50), (50, 50, 20), (20, 20, 5))
-#: Batch records per frame at most (the newest): at batch 1 and 10 k transitions/s, 400 finish
-#: between two frames, more than a terminal's timeline can tell apart.
+"""Samples per frame, level by level: keys per column, stalled tasks, failures. A frame takes the first level that fits
+its budget (the last one whatever it takes)."""
 RECORDS_PER_FRAME: Final = 128
+"""Batch records per frame at most (the newest): at batch 1 and 10 k transitions/s, 400 finish between two frames, more
+than a terminal's timeline can tell apart."""
 _TEXT = 4096
-#: Every this many frames, a frame tries the largest samples again (else it starts where the last fitted).
 _RETRY_LARGEST = 16
-#: A failure's reason on the wire (its whole reason and traceback stay in the engine's detail).
+"""Every this many frames, a frame tries the largest samples again (else it starts where the last fitted)."""
 _REASON = 512
+"""A failure's reason on the wire (its whole reason and traceback stay in the engine's detail)."""
 _FAILED_MEMORY = 100_000
 
-#: Telemetry's columns, each with its board column code (engine/state/board_columns.py), and
-#: whether its sample is the newest (finished columns) or the oldest (the head of a live one).
 _SAMPLED: dict[ColumnName, tuple[int, bool]] = {
     "queued": (QUEUED, False), "fill": (1, False), "h2d": (2, False), "compute": (3, False),
     "d2h": (4, False), "sink": (5, False), "stalled": (STALLED, False), "failed": (FAILED, True),
     "cancelled": (CANCELLED, True), "done": (DONE, True)}
+"""Telemetry's columns, each with its board column code (engine/state/board_columns.py), and whether its sample is the
+newest (finished columns) or the oldest (the head of a live one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,8 @@ class _Parts:
     """What every level of one frame shares: the key samples at their largest, the records."""
 
     columns: dict[ColumnName, list[str]]
-    #: Every column's size (the samples are a few of them): an attached board's titles.
     totals: dict[ColumnName, int]
+    """Every column's size (the samples are a few of them): an attached board's titles."""
     records: tuple[PackedRecord, ...]
     records_left_out: int
     newest: float
@@ -183,8 +183,8 @@ class TelemetryFrames:
         self.budget = budget
         self.since = 0.0
         self.frames = 0
-        #: The last frame's level (an index of ``LEVELS``) and size on the wire.
         self.level = 0
+        """The last frame's level (an index of ``LEVELS``) and size on the wire."""
         self.size = 0
 
     def frame(self, snap: EngineSnapshot, control: ControlView | None = None) -> bytes:
@@ -252,8 +252,8 @@ def snapshot_from(tel: Telemetry, timeline: tuple[BatchRecord, ...] | None = Non
         column_totals=read_only(tel.column_totals) if tel.column_totals else None)
 
 
-#: What an attached detail says of where it comes from.
 FROM_TELEMETRY = "from telemetry: the task's history and traceback stay with the engine"
+"""What an attached detail says of where it comes from."""
 NOT_SAMPLED = (f"not among the tasks telemetry samples (at most {COLUMN_SAMPLE} per board column, fewer when a"
                " frame would pass its budget): its detail stays with the engine; a command naming it is answered"
                " by the engine")

@@ -43,8 +43,8 @@ class Topics:
     """The topic tree of one pipeline."""
 
     pipeline: str
-    #: ``parse_worker`` runs on every message the monitor reads: its prefix is built once.
     _worker_prefix: str = field(init=False, repr=False, compare=False)
+    """``parse_worker`` runs on every message the monitor reads: its prefix is built once."""
 
     def __post_init__(self) -> None:
         check_name("pipeline name", self.pipeline)

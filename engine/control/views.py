@@ -24,12 +24,12 @@ from warpdeck.engine.state.snapshot import WorkerView
 __all__ = ["local_worker_id", "merge_workers"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]+")
-#: A remote worker's row and what it was built from: (monitor row, state, lanes busy, device, row).
 _Built = tuple[WorkerStatus, WorkerState, int | None, DeviceStats | None, WorkerView]
-#: The last merge's remote rows by worker id, and its rows of ``heard`` in id order (with that
-#: ``heard``). Entries are checked by identity before use, so a stale one is never used: the engine's
-#: loop is the only caller in a run, and callers in other threads at worst rebuild rows.
+"""A remote worker's row and what it was built from: (monitor row, state, lanes busy, device, row)."""
 _rows: dict[str, _Built] = {}
+"""The last merge's remote rows by worker id, and its rows of ``heard`` in id order (with that ``heard``). Entries are
+checked by identity before use, so a stale one is never used: the engine's loop is the only caller in a run, and callers
+in other threads at worst rebuild rows."""
 _order: tuple[Collection[WorkerStatus], list[WorkerStatus]] | None = None
 
 

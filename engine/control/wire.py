@@ -76,7 +76,6 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 1
 TELEMETRY_VERSION: Final = 2  # since its frames were made to fit a slow link (docs/control-plane.md)
-#: Largest payload accepted per kind; anything bigger is dropped before it is parsed.
 MAX_BYTES: Final[dict[str, int]] = {
     "birth": 8 * 1024,
     "hb": 64 * 1024,
@@ -86,19 +85,20 @@ MAX_BYTES: Final[dict[str, int]] = {
     "cmd": 16 * 1024,
     "telemetry": 4 * 1024 * 1024,
 }
-#: The schema version this build speaks, per kind.
+"""Largest payload accepted per kind; anything bigger is dropped before it is parsed."""
 VERSIONS: Final[dict[str, int]] = {**dict.fromkeys(MAX_BYTES, SCHEMA_VERSION), "telemetry": TELEMETRY_VERSION}
+"""The schema version this build speaks, per kind."""
 _LARGEST = max(MAX_BYTES.values())
 _Id = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 _Text = Annotated[str, Field(max_length=4096)]
 _Sig = Annotated[str, Field(max_length=64, pattern=r"^([0-9a-f]{64})?$")]
 
 
-#: Model settings of every payload. ``allow_inf_nan=False`` reaches every float field, including those of
-#: the dataclasses a model carries (figures, lanes, workers): a field added later is covered too.
 _WIRE_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
                           # The Amdahl ceiling (_Figures) may be +inf: JSON's Infinity, as Python writes it.
                           ser_json_inf_nan="constants")
+"""Model settings of every payload. ``allow_inf_nan=False`` reaches every float field, including those of the
+dataclasses a model carries (figures, lanes, workers): a field added later is covered too."""
 
 
 class _Wire(BaseModel):
@@ -318,8 +318,8 @@ _MODELS: dict[str, type[BaseModel]] = {"birth": Birth, "hb": Heartbeat, "death":
                                    "event": Event, "telemetry": Telemetry, "cmd": SignedCommand}
 _KINDS = frozenset(MAX_BYTES)
 _JSON_SPACE = b" \t\r\n"
-#: The first byte of a zlib stream with the default window (never the start of a JSON object).
 _ZLIB = b"\x78"
+"""The first byte of a zlib stream with the default window (never the start of a JSON object)."""
 
 
 class WireError(ValueError):

@@ -28,13 +28,13 @@ from warpdeck.engine.control.wire import Birth, Death, Heartbeat
 __all__ = ["EPOCH_SKEW_US", "UNAUTHENTICATED", "WorkerAuth", "sign_worker", "verified"]
 
 _DOMAIN = b"warpdeck-worker-v1\n"
-#: How far a heartbeat's clock may be from the monitor's (seconds), and an epoch ahead of it (us).
 SKEW_S = 30.0
+"""How far a heartbeat's clock may be from the monitor's (seconds), and an epoch ahead of it (us)."""
 EPOCH_SKEW_US = int(SKEW_S * 1_000_000)
-#: Said once at start when no secret is set.
 UNAUTHENTICATED = ("worker messages are unauthenticated (no secret): anyone who can publish to the broker can "
                    "forge a worker's birth, heartbeat or death, and so convict a live worker or hide a dead one; "
                    "set a secret (--secret-file or $WARPDECK_SECRET) and the broker's ACLs (deploy/mosquitto/)")
+"""Said once at start when no secret is set."""
 
 M = TypeVar("M", Birth, Heartbeat, Death)
 
@@ -62,10 +62,10 @@ class WorkerAuth:
     def __init__(self, secret: bytes | None) -> None:
         self.secret = secret
         self._wall = time.time
-        #: Per worker, the epoch and sender time of the last heartbeat accepted.
         self._last: dict[str, tuple[int, float]] = {}
-        #: Refusals by reason: unsigned, bad_signature, replayed, expired, future_epoch.
+        """Per worker, the epoch and sender time of the last heartbeat accepted."""
         self.refused: dict[str, int] = {}
+        """Refusals by reason: unsigned, bad_signature, replayed, expired, future_epoch."""
 
     def accept(self, msg: Birth | Heartbeat | Death) -> str | None:
         """None to act on ``msg``; else the reason it is refused (counted)."""

@@ -37,8 +37,8 @@ from warpdeck.engine.control.worker_auth import WorkerAuth, sign_worker
 
 __all__ = ["WorkerIntake"]
 
-#: Workers lost named in the report (the latest); all of them are counted.
 _LOST_NAMES = 1000
+"""Workers lost named in the report (the latest); all of them are counted."""
 
 
 class WorkerIntake:
@@ -60,23 +60,23 @@ class WorkerIntake:
         self._monitor = monitor
         self._lag = lag
         self._auth = auth
-        #: The in-process workers' heartbeaters (the plane's own dict, filled as they start).
         self._heartbeaters = heartbeaters
+        """The in-process workers' heartbeaters (the plane's own dict, filled as they start)."""
         self._drop = drop
         self._topics = topics
         self._secret = secret
         self._will_hold_s = will_hold_s
-        #: The newest heartbeat heard from each worker the monitor knows.
         self._heard: dict[str, Heartbeat] = {}
-        #: Wills held for ``will_hold_s``: worker id → (epoch, when heard).
+        """The newest heartbeat heard from each worker the monitor knows."""
         self._wills: dict[str, tuple[int, float]] = {}
-        #: Silent convictions to tell their workers (a retained death on each one's death topic).
+        """Wills held for ``will_hold_s``: worker id → (epoch, when heard)."""
         self._pending_deaths: list[Verdict] = []
-        #: Workers with a death we retained for them, by its epoch; and those to clear it for.
+        """Silent convictions to tell their workers (a retained death on each one's death topic)."""
         self._retained: dict[str, int] = {}
+        """Workers with a death we retained for them, by its epoch; and those to clear it for."""
         self._clears: dict[str, None] = {}
-        #: Workers lost in this run, the latest last (at most _LOST_NAMES; the monitor counts all).
         self._lost: dict[str, None] = {}
+        """Workers lost in this run, the latest last (at most _LOST_NAMES; the monitor counts all)."""
 
     # -- messages (the plane's loop, as they are read) -------------------------------------------
     def on_worker(self, wid: str, msg: object, *, retained: bool = False) -> None:

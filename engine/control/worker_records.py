@@ -61,23 +61,23 @@ class WorkerRecord:
         self.accrual = accrual
         self.backstop_s = backstop_s
         self.info: Mapping[str, object] = _EMPTY
-        #: Last sign of life of this epoch (its birth or a heartbeat); None if only its death was heard.
         self.last_seen: float | None = None
+        """Last sign of life of this epoch (its birth or a heartbeat); None if only its death was heard."""
         self.last_hb: float | None = None
         self.last_seq: int | None = None
         self.progress: int | None = None
         self.busy = False
         self.missed = 0
         self.convicted_at: float | None = None
-        #: Silence conviction is checked no earlier than this (a deadline precomputed per heartbeat).
         self.due = _NEVER
+        """Silence conviction is checked no earlier than this (a deadline precomputed per heartbeat)."""
         self.stuck_since = 0.0
         self.hung_due = _NEVER
         self.hung_since: float | None = None
-        #: Heard in this run (a birth sent while we listened, or a heartbeat), this epoch or before.
         self.ours = False
-        #: Convicted once already (counted in ``workers_lost``), this epoch or before.
+        """Heard in this run (a birth sent while we listened, or a heartbeat), this epoch or before."""
         self.lost = False
+        """Convicted once already (counted in ``workers_lost``), this epoch or before."""
 
 
 class WorkerRecords:
@@ -90,16 +90,16 @@ class WorkerRecords:
         self._max = max_workers
         self._forget_after_s = forget_after_s
         self._grace_s = grace_s
-        #: The records. ``WorkerMonitor`` reads it directly: every heartbeat looks a worker up here.
         self.by_id: dict[str, WorkerRecord] = {}
-        #: Records of dead workers, and of workers known only from a retained birth, by when they
-        #: became so, oldest first: forgotten after ``forget_after_s``, or to make room.
+        """The records. ``WorkerMonitor`` reads it directly: every heartbeat looks a worker up here."""
         self.dead: OrderedDict[str, float] = OrderedDict()
+        """Records of dead workers, and of workers known only from a retained birth, by when they became so, oldest
+        first: forgotten after ``forget_after_s``, or to make room."""
         self.unheard: OrderedDict[str, float] = OrderedDict()
-        #: Records forgotten so far.
         self.forgotten = 0
-        #: Forgotten since ``take_forgotten`` was last called.
+        """Records forgotten so far."""
         self._forgotten: list[str] = []
+        """Forgotten since ``take_forgotten`` was last called."""
 
     def put(self, w: WorkerRecord) -> None:
         """A new record for its worker (a new epoch, or a worker first known): neither dead nor

@@ -59,8 +59,8 @@ __all__ = [
 ]
 
 _DTYPES = DTYPES
-#: Sources whose loads can run in a fill worker process (``host.fill_pool``).
 PROCESS_SOURCES = ("items", "images", "npy_dir")
+"""Sources whose loads can run in a fill worker process (``host.fill_pool``)."""
 
 
 class _Model(SpecModel):

@@ -17,15 +17,15 @@ from warpdeck.engine.edges.spec_types import SpecModel
 
 __all__ = ["DataMode", "ExecutorSpec", "RuntimeEnvSpec", "resource_amounts", "why_not_shared"]
 
-#: ``ship``: the engine loads inputs and writes outputs, arrays travel through Ray's object store;
-#: ``shared``: each actor loads and writes on storage every node sees, the engine leases keys and
-#: commits; ``auto``: shared where the source and sink allow it.
 DataMode = Literal["auto", "ship", "shared"]
+"""``ship``: the engine loads inputs and writes outputs, arrays travel through Ray's object store; ``shared``: each
+actor loads and writes on storage every node sees, the engine leases keys and commits; ``auto``: shared where the source
+and sink allow it."""
 
-#: Sources an actor can open for itself from the spec: files on a shared path, or seeded by index.
 SHARED_SOURCES = ("synthetic", "npy_dir", "images", "parquet")
-#: Sinks an actor can stage into for the engine to commit (rename).
+"""Sources an actor can open for itself from the spec: files on a shared path, or seeded by index."""
 SHARED_SINKS = ("npy_dir", "parquet", "null")
+"""Sinks an actor can stage into for the engine to commit (rename)."""
 
 
 def why_not_shared(source_kind: str, sink_kind: str) -> str:
@@ -37,8 +37,8 @@ def why_not_shared(source_kind: str, sink_kind: str) -> str:
     return ""
 
 
-#: Resource names Ray reserves for itself: asked for through their own fields.
 _RESERVED = {"CPU": "cpus_per_worker", "GPU": "gpus_per_worker", "memory": "", "object_store_memory": ""}
+"""Resource names Ray reserves for itself: asked for through their own fields."""
 
 
 class RuntimeEnvSpec(SpecModel):

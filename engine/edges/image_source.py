@@ -41,8 +41,8 @@ from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = ["SUFFIXES", "ImageDecoder", "ImageSourceImpl", "image_key"]
 
-#: Names that are tasks (compared lower-cased); anything else the glob matches is skipped.
 SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
+"""Names that are tasks (compared lower-cased); anything else the glob matches is skipped."""
 _FORMATS = ("PNG", "JPEG", "WEBP")
 _CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
 _RESAMPLE = Image.Resampling.BILINEAR

@@ -18,10 +18,10 @@ class InputError(ValueError):
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
-        #: The input's path (or key, for an input that is not a file).
         self.path = path
-        #: Why it cannot be used, in words a user can act on.
+        """The input's path (or key, for an input that is not a file)."""
         self.reason = reason
+        """Why it cannot be used, in words a user can act on."""
 
     def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:
         # Errors cross process boundaries (Ray workers): keep both fields.

@@ -27,11 +27,11 @@ import numpy.typing as npt
 
 __all__ = ["BatchLoad", "ItemLoad", "ItemLoader"]
 
-#: A spec's ``load``: ``load(handle, row)`` writes one item's input into ``row`` in place.
 ItemLoad = Callable[[Any, npt.NDArray[Any]], None]
-#: A spec's ``load_batch``: ``load_batch(handles, out)`` writes item j's input into ``out[j]`` in
-#: place; None when every item loaded, else one entry per item (None or the exception it failed with).
+"""A spec's ``load``: ``load(handle, row)`` writes one item's input into ``row`` in place."""
 BatchLoad = Callable[[Sequence[Any], npt.NDArray[Any]], Any]
+"""A spec's ``load_batch``: ``load_batch(handles, out)`` writes item j's input into ``out[j]`` in place; None when every
+item loaded, else one entry per item (None or the exception it failed with)."""
 
 
 @dataclass(frozen=True)

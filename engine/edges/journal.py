@@ -66,10 +66,10 @@ JOURNAL_NAME = "journal.sqlite"
 LOCK_NAME = "journal.lock"
 SCHEMA_VERSION = "2"
 
-#: Fields that tune how a run goes but not what it produces; they may change between resumes.
-#: (``host`` joined them later: ``_made_by_same`` accepts a journal whose identity still holds it.)
 _TUNING = {"backend", "lanes", "slot_depth", "batch_size", "batch_timeout_s", "retry", "feeder", "executor",
            "faults", "host"}
+"""Fields that tune how a run goes but not what it produces; they may change between resumes. (``host`` joined them
+later: ``_made_by_same`` accepts a journal whose identity still holds it.)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -124,8 +124,8 @@ class SpecIdentity:
 
     name: str
     digest: str
-    #: The JSON hashed into ``digest``, so a refusal can name the fields that differ ("": not stored).
     spec: str = field(default="", compare=False)
+    """The JSON hashed into ``digest``, so a refusal can name the fields that differ ("": not stored)."""
 
 
 def spec_identity(spec: PipelineSpec) -> SpecIdentity:
@@ -188,8 +188,8 @@ class ResumeState:
     resumed: bool
     done: frozenset[str]
     prior: Mapping[str, PriorTask]
-    #: Keys an operator cancelled before the feeder admitted them; cancelled when they are.
     cancels: frozenset[str] = frozenset()
+    """Keys an operator cancelled before the feeder admitted them; cancelled when they are."""
 
 
 _STOP = object()
@@ -202,18 +202,18 @@ class Journal:
         self.run_dir = run_dir
         self.path = run_dir / JOURNAL_NAME
         self.interval = interval
-        #: The write that failed for good: the engine stops on it, ``close`` raises it.
         self.error: BaseException | None = None
+        """The write that failed for good: the engine stops on it, ``close`` raises it."""
         self.commits = 0
-        #: Where environment errors (a full or read-only disk) hold the writes instead of failing
-        #: them; None: they fail the journal at once.
         self.outage: Outage | None = None
+        """Where environment errors (a full or read-only disk) hold the writes instead of failing them; None: they fail
+        the journal at once."""
         self._conn = conn
         self._lock_fd = lock_fd
         self._keys: Sequence[str] = ()
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        #: Cuts the batching wait short: set by flush and close.
         self._wake = threading.Event()
+        """Cuts the batching wait short: set by flush and close."""
         self._abandoned = False
         self._thread = threading.Thread(target=self._write_loop, name="warpdeck-journal", daemon=True)
         self._thread.start()

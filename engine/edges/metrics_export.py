@@ -42,20 +42,20 @@ from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
 
 __all__ = ["CONVICTION_CAUSES", "MetricsBindError", "MetricsExporter", "conviction_cause"]
 
-#: The classes a conviction's cause is put in (``conviction_cause``).
 CONVICTION_CAUSES = ("will", "silent", "hung", "ray", "other")
+"""The classes a conviction's cause is put in (``conviction_cause``)."""
 _PHASES: tuple[str, ...] = tuple(p.label for p in RUN_PHASES)
 _STALLS: tuple[str, ...] = tuple(r.label for r in StallReason if r)
 _FINISHED = ("done", "failed", "cancelled")
-#: Every command's verb (its ``kind``), from the command union.
 _VERBS: tuple[str, ...] = tuple(cls.model_fields["kind"].default for cls in get_args(get_args(Command)[0]))
+"""Every command's verb (its ``kind``), from the command union."""
 _STATUSES: tuple[EngineStatus, ...] = get_args(EngineStatus)
 _H2D, _D2H = Phase.H2D - 1, Phase.D2H - 1
-#: How long ``close`` waits for the server's thread (it stops within its 0.5 s poll).
 _JOIN_S = 5.0
+"""How long ``close`` waits for the server's thread (it stops within its 0.5 s poll)."""
 
-#: A label set's values, and a sample's value.
 Rows = Iterable[tuple[Sequence[str], float]]
+"""A label set's values, and a sample's value."""
 
 
 def conviction_cause(cause: str) -> str:

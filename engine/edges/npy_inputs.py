@@ -29,8 +29,8 @@ from warpdeck.engine.edges.input_errors import InputError
 
 __all__ = ["SUPPORTED_DTYPES", "NpyHeader", "dtype_problem", "open_regular", "read_header", "usable"]
 
-#: The element types a spec can name, and so the only ones an input may hold.
 SUPPORTED_DTYPES: tuple[str, ...] = get_args(Dtype)
+"""The element types a spec can name, and so the only ones an input may hold."""
 _MAX_DIMS = 8  # as many as a spec's shape may have
 _MAX_HEADER = 10_000  # NumPy's own default max_header_size
 

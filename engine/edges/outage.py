@@ -34,23 +34,23 @@ from warpdeck.engine.state.part_views import OutageView
 __all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "environment_cause",
            "sink_dir"]
 
-#: Errors of the machine, not of the task: another attempt now would meet them again.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM})
+"""Errors of the machine, not of the task: another attempt now would meet them again."""
 
 # SQLite's primary result codes for the same causes (sqlite3.h): the journal's writer meets these.
 _SQLITE_CAUSES = {3: "permission denied", 8: "read-only file system", 10: "input/output error",
                   13: "no space left on device", 14: "cannot open the journal file"}
 
-#: First wait before a held write is tried again, and the longest wait between tries.
 BACKOFF_FIRST_S = 0.05
+"""First wait before a held write is tried again, and the longest wait between tries."""
 BACKOFF_MAX_S = 2.0
 
 T = TypeVar("T")
 
 
-#: NumPy's words for a short write to a real file (``np.save(path, a)``, ``a.tofile(f)``): an OSError
-#: with no errno. Only the disk makes a write short (full, over quota, failing).
 _SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+"""NumPy's words for a short write to a real file (``np.save(path, a)``, ``a.tofile(f)``): an OSError with no errno.
+Only the disk makes a write short (full, over quota, failing)."""
 
 
 def environment_cause(exc: BaseException) -> str | None:
@@ -102,12 +102,12 @@ class Outage:
         self._holds: dict[int, _Hold] = {}
         self._abandoned = threading.Event()
         self._t0 = time.perf_counter() if t0 is None else t0
-        #: Outages that began and ended during the run.
         self.count = 0
-        #: Seconds spent in outages so far (the current one included once it ends).
+        """Outages that began and ended during the run."""
         self.total_s = 0.0
-        #: The reason of the last outage that ended.
+        """Seconds spent in outages so far (the current one included once it ends)."""
         self.last = ""
+        """The reason of the last outage that ended."""
         self._began: float | None = None
 
     def set_origin(self, t0: float) -> None:
@@ -186,9 +186,9 @@ class HeldSink:
         self._outage = outage
         self._where = where
         inner = batch_writer(sink)
-        #: The inner sink's ``write_batch``, held the same way (None: it writes key by key).
         self.write_batch: BatchWriter | None = None if inner is None else (
             lambda keys, outs: outage.retry("sink", where, lambda: inner(keys, outs)))
+        """The inner sink's ``write_batch``, held the same way (None: it writes key by key)."""
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._outage.retry("sink", self._where, lambda: self._sink.write(key, out))

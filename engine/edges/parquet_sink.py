@@ -46,8 +46,8 @@ __all__ = ["CRC_KEY", "PART_GLOB", "ParquetSinkImpl", "fixed_size_lists", "part_
 
 PART_GLOB = "part-*.parquet"
 _PART = re.compile(r"^part-(\d+)\.parquet$")
-#: The part file's metadata key for its rows' checksums: CRC-32 of each output, 8 hex digits, in row order.
 CRC_KEY = b"warpdeck.crc32"
+"""The part file's metadata key for its rows' checksums: CRC-32 of each output, 8 hex digits, in row order."""
 
 
 def _row_sums(rows: npt.NDArray[Any]) -> bytes:
@@ -92,16 +92,16 @@ class ParquetSinkImpl:
         self.dir = directory
         self.row_group_size = row_group_size
         self._pid = os.getpid()
-        #: Numbers this process's own writes' temp names (sink threads write at once).
         self._calls = itertools.count()
+        """Numbers this process's own writes' temp names (sink threads write at once)."""
         self._lock = threading.Lock()
         self._next: int | None = None
         self._landed: frozenset[str] | None = None
-        #: The part file each landed key is in, and what checking each part found.
         self._part_of: dict[str, Path] = {}
+        """The part file each landed key is in, and what checking each part found."""
         self._checked: dict[Path, bool] = {}
-        #: Landed outputs (rows) whose part did not match its checksums, removed with their part.
         self.rejected = 0
+        """Landed outputs (rows) whose part did not match its checksums, removed with their part."""
 
     def describe(self, key: str) -> str:
         """Where ``key``'s output lands, in words."""

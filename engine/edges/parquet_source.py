@@ -87,11 +87,11 @@ class ParquetSourceImpl(KeyedTasks):
             raise FileNotFoundError(f"source.path: {path} is neither a file nor a directory")
         self._shape = tuple(spec.shape)
         self._key = BatchKey("parquet", self._shape, spec.dtype)
-        #: Global row index where each file starts, and per file where each row group starts.
         self._file_starts: list[int] = []
+        """Global row index where each file starts, and per file where each row group starts."""
         self._group_starts: list[list[int]] = []
-        #: Key -> global row index, in file and row order (what ``items`` yields).
         self._tasks: dict[str, int] = {}
+        """Key -> global row index, in file and row order (what ``items`` yields)."""
         start = 0
         for path_ in self._files:
             try:

@@ -48,14 +48,14 @@ class ResumingSource:
         self._excluded = False
         self._excluded_n = 0
         self.retry_failed = False
-        #: Tasks done in an earlier run, not run again.
         self.skipped_done = 0
-        #: Of those, tasks whose output was found in place although the journal had no done row.
+        """Tasks done in an earlier run, not run again."""
         self.outputs_recovered = 0
-        #: Tasks in flight when the earlier run stopped, started again as a new attempt.
+        """Of those, tasks whose output was found in place although the journal had no done row."""
         self.requeued_in_flight = 0
-        #: Failed tasks retried because the run was asked to (``--retry-failed``).
+        """Tasks in flight when the earlier run stopped, started again as a new attempt."""
         self.retried_failed = 0
+        """Failed tasks retried because the run was asked to (``--retry-failed``)."""
 
     @property
     def outputs_rejected(self) -> int:

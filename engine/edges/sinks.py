@@ -46,8 +46,8 @@ __all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableBatchSinkImpl", "C
            "rejected_outputs", "settle", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
-#: The npy sink's record of each landed output's checksum, in its directory.
 CHECKSUMS = ".warpdeck-checksums"
+"""The npy sink's record of each landed output's checksum, in its directory."""
 _CRC_DIGITS = 8
 
 
@@ -59,8 +59,8 @@ class Sink(Protocol):
         ...
 
 
-#: A sink's ``write_batch``: every output of a batch durable when it returns, or none (it raises).
 BatchWriter = Callable[[Sequence[str], npt.NDArray[Any]], None]
+"""A sink's ``write_batch``: every output of a batch durable when it returns, or none (it raises)."""
 
 
 def batch_writer(sink: Sink) -> BatchWriter | None:
@@ -115,8 +115,8 @@ def settle(sink: Sink) -> None:
         done()
 
 
-#: The temp files one attempt staged, as names in the sink's directory.
 Staged = tuple[str, ...]
+"""The temp files one attempt staged, as names in the sink's directory."""
 
 
 @runtime_checkable
@@ -141,11 +141,11 @@ class NpyDirSinkImpl:
         self.dir = directory
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        #: Each logged key's checksum, read at the first output a resume has to check.
         self._sums: dict[str, int] | None = None
+        """Each logged key's checksum, read at the first output a resume has to check."""
         self._checked: dict[str, bool] = {}
-        #: Outputs found in place that did not match their checksum (or had none), and were removed.
         self.rejected = 0
+        """Outputs found in place that did not match their checksum (or had none), and were removed."""
 
     def path(self, key: str) -> Path:
         """Where ``key``'s output lands."""

@@ -52,8 +52,8 @@ __all__ = [
 ]
 
 
-#: Task keys name output files, so they are restricted to what is safe in a file name.
 SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+"""Task keys name output files, so they are restricted to what is safe in a file name."""
 
 
 class Source(Protocol):
@@ -83,10 +83,10 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
-#: What a key may not hold (it names an output file): anything but letters, digits, ``_``, ``.``, ``-``.
 _UNSAFE_IN_KEY = re.compile(r"[^A-Za-z0-9_.\-]")
-#: The longest key (SAFE_KEY's limit).
+"""What a key may not hold (it names an output file): anything but letters, digits, ``_``, ``.``, ``-``."""
 _MAX_KEY = 200
+"""The longest key (SAFE_KEY's limit)."""
 
 
 def safe_key(parts: Sequence[str], whole: bytes) -> str:
@@ -179,8 +179,8 @@ class SyntheticSourceImpl:
         return [None] * len(items)
 
 
-#: The batching key of a task that fails on admission (it is never batched).
 _UNUSABLE = BatchKey("npy", (), "uint8")
+"""The batching key of a task that fails on admission (it is never batched)."""
 
 
 class NpyDirSourceImpl:
@@ -357,9 +357,9 @@ class ItemsSourceImpl:
                                   resolve_target(spec.load_batch) if spec.load_batch is not None else None)
         self._key = BatchKey("items", tuple(spec.shape), spec.dtype)
         self.total: int | None = None
-        #: Handles must pickle (their loads run in worker processes): one that does not fails its
-        #: task on admission, naming why, instead of reaching a worker.
         self.picklable = picklable
+        """Handles must pickle (their loads run in worker processes): one that does not fails its task on admission,
+        naming why, instead of reaching a worker."""
 
     def items(self) -> Iterator[TaskInput]:
         key_of = self._key

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 __all__ = ["MAX_LINES", "Identity", "mismatch_message", "spec_differences"]
 
-#: At most this many differing fields are listed; the rest are counted.
 MAX_LINES = 12
+"""At most this many differing fields are listed; the rest are counted."""
 _ABSENT = object()
 
 

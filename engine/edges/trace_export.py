@@ -44,20 +44,20 @@ __all__ = ["COUNTER_STAGE", "MAX_BYTES", "SAMPLED_BATCHES", "WHOLE_BATCHES", "Tr
 
 log = logging.getLogger(__name__)
 
-#: Batches written whole before sampling starts (a million tasks in batches of 64 fit).
 WHOLE_BATCHES = 16_384
-#: Batches written at each stride after that, before the stride doubles.
+"""Batches written whole before sampling starts (a million tasks in batches of 64 fit)."""
 SAMPLED_BATCHES = 8_192
-#: Counter samples (at most 4 a second) at each rate before the rate halves.
+"""Batches written at each stride after that, before the stride doubles."""
 COUNTER_STAGE = 16_384
-#: Past this many bytes the trace takes nothing more (Perfetto's UI loads a few hundred MB).
+"""Counter samples (at most 4 a second) at each rate before the rate halves."""
 MAX_BYTES = 128 * 2**20
+"""Past this many bytes the trace takes nothing more (Perfetto's UI loads a few hundred MB)."""
 FLUSH_S = 1.0
-#: Lines buffered before a write, whatever the time (about 1 MB).
 FLUSH_LINES = 5000
+"""Lines buffered before a write, whatever the time (about 1 MB)."""
 _COUNTER_S = 0.25
-#: Threads one lane's phase may get for overlapping slices (the host pools' threads).
 _MAX_TRACKS = 32
+"""Threads one lane's phase may get for overlapping slices (the host pools' threads)."""
 _PHASES = tuple(p.label for p in RUN_PHASES)
 _STALLS = len(RUN_PHASES) + 1  # the row after the phases: a lane's stalls
 _ENGINE = 0  # pid and tid of the engine's own track: counters, commands, queue-wide instants

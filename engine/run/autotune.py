@@ -45,38 +45,36 @@ __all__ = ["Autotuner", "DepthTuner", "LaneSettings", "TunerDecision", "Window",
 
 _COMPUTE = Phase.COMPUTE - 1
 _HOST = (Phase.FILL, Phase.SINK)
-#: A host phase gets threads until they get through this many times compute's batches per second.
 _MARGIN = 1.25
-#: Threads on trial stay if the phase then gets through at least this much more per second.
+"""A host phase gets threads until they get through this many times compute's batches per second."""
 _TRIAL_GAIN = 1.1
-#: A jump of threads that sped the phase up by less than this share of its threads is trimmed.
+"""Threads on trial stay if the phase then gets through at least this much more per second."""
 _SCALING = 0.8
-#: A deeper ring stays if the device then idles at most this share of what it idled before.
+"""A jump of threads that sped the phase up by less than this share of its threads is trimmed."""
 _DEPTH_GAIN = 0.8
-#: A window spans at least this long; one that judges a trial, this long.
+"""A deeper ring stays if the device then idles at most this share of what it idled before."""
 _WINDOW_S = 0.1
+"""A window spans at least this long; one that judges a trial, this long."""
 _TRIAL_S = 0.3
-#: Batches of a lane's first window: its first (warm-up: a model built, modules imported) is left
-#: out, the other four measured; or, once its batches span a trial's length (slow batches), the
-#: other two (``_FIRST_SHORT``): a short run is over before a longer window is (issue 31: 16
-#: batches of images, most of them on one thread while the first window filled), and two fast
-#: batches of a jittery load say too little (a run misjudged so went from 0.91 to 0.83 busy).
 _FIRST_WINDOW = 5
+"""Batches of a lane's first window: its first (warm-up: a model built, modules imported) is left out, the other four
+measured; or, once its batches span a trial's length (slow batches), the other two (``_FIRST_SHORT``): a short run is
+over before a longer window is (issue 31: 16 batches of images, most of them on one thread while the first window
+filled), and two fast batches of a jittery load say too little (a run misjudged so went from 0.91 to 0.83 busy)."""
 _FIRST_SHORT = 3
-#: Fewer successful batches than this in a later window say nothing about the bottleneck's idle time.
 _MIN_RECORDS = 4
-#: A thread using at least this share of a core burns CPU: it needs a core the process has spare.
+"""Fewer successful batches than this in a later window say nothing about the bottleneck's idle time."""
 _BURNS = 0.3
-#: Host threads running at least this share of the window count as always running.
+"""A thread using at least this share of a core burns CPU: it needs a core the process has spare."""
 _MOSTLY = 0.5
-#: Spare cores below a whole thread's share still buy one thread on trial, when the budget is the
-#: whole machine and at least this much of a core is spare: a core left idle while the device
-#: waits is wasted, the kernel shares the cores among the threads, and the trial keeps the thread
-#: only if the phase got faster. (Measured on a 2-core VM, images decoded for a CPU-torch CNN: the
-#: compute thread busy 45 % of a core left 0.5 spare, one fill thread; two ran 1.36x faster. Issue
-#: 31: the same run later measured 0.2 spare, so 0.25 held the fill at one thread, 484 images/s,
-#: where two pinned ran 625, level with the best DataLoader.)
+"""Host threads running at least this share of the window count as always running."""
 _SPARE_MIN = 0.1
+"""Spare cores below a whole thread's share still buy one thread on trial, when the budget is the whole machine and at
+least this much of a core is spare: a core left idle while the device waits is wasted, the kernel shares the cores among
+the threads, and the trial keeps the thread only if the phase got faster. (Measured on a 2-core VM, images decoded for a
+CPU-torch CNN: the compute thread busy 45 % of a core left 0.5 spare, one fill thread; two ran 1.36x faster. Issue 31:
+the same run later measured 0.2 spare, so 0.25 held the fill at one thread, 484 images/s, where two pinned ran 625,
+level with the best DataLoader.)"""
 
 
 def default_cores() -> float:
@@ -185,8 +183,8 @@ class LaneSettings:
     depth: int
     fill: int
     sink: int
-    #: Fills run in worker processes (``[host] fill_pool``; "auto": the tuner's choice).
     fill_processes: bool = False
+    """Fills run in worker processes (``[host] fill_pool``; "auto": the tuner's choice)."""
 
     def workers(self, phase: Phase) -> int:
         return self.fill if phase is Phase.FILL else self.sink
@@ -201,34 +199,34 @@ class Autotuner:
     max_workers: int
     cpu_cores: float
     pinned: frozenset[Phase] = frozenset()
-    #: Cores each lane's host threads keep busy, as last measured (the CPU budget is shared).
     cores_by_lane: dict[int, float] = field(default_factory=dict)
-    #: Threads just added, per lane: (phase, threads before, the phase's batches/s before), judged
-    #: on the next window.
+    """Cores each lane's host threads keep busy, as last measured (the CPU budget is shared)."""
     trial: dict[int, tuple[Phase, int, float]] = field(default_factory=dict)
-    #: (lane, phase) that a thread did not speed up: CPU- or GIL-bound, never grown again.
+    """Threads just added, per lane: (phase, threads before, the phase's batches/s before), judged on the next
+    window."""
     saturated: set[tuple[int, Phase]] = field(default_factory=set)
-    #: A deeper ring on trial, per lane: (depth before, device idle before).
+    """(lane, phase) that a thread did not speed up: CPU- or GIL-bound, never grown again."""
     depth_trial: dict[int, tuple[int, float]] = field(default_factory=dict)
-    #: Lanes whose ring a deeper one did not help: not deepened again.
+    """A deeper ring on trial, per lane: (depth before, device idle before)."""
     depth_done: set[int] = field(default_factory=set)
-    #: Cores the whole process kept busy over each lane's last window (every thread, the loop too).
+    """Lanes whose ring a deeper one did not help: not deepened again."""
     process_cores: float = 0.0
-    #: The most threads a (lane, phase) has had: a thread taken back still did work in the window.
+    """Cores the whole process kept busy over each lane's last window (every thread, the loop too)."""
     peak: dict[tuple[int, Phase], int] = field(default_factory=dict)
-    #: Why a (lane, phase) got no thread the last time it asked for one.
+    """The most threads a (lane, phase) has had: a thread taken back still did work in the window."""
     held: dict[tuple[int, Phase], ThreadCap] = field(default_factory=dict)
-    #: Cores the machine lets this process use (the bound counts these; the budget may be less).
+    """Why a (lane, phase) got no thread the last time it asked for one."""
     machine_cores: float = field(default_factory=default_cores)
-    #: Each fill thread hands its batch to a worker process (``[host] fill_pool = "processes"``).
+    """Cores the machine lets this process use (the bound counts these; the budget may be less)."""
     fill_processes: bool = False
-    #: ``[host] fill_pool = "auto"`` with a source that can load in processes: a fill that threads
-    #: do not speed up (GIL- or CPU-bound) is tried in processes, which stay if they are faster.
+    """Each fill thread hands its batch to a worker process (``[host] fill_pool = "processes"``)."""
     fill_auto: bool = False
-    #: Lanes whose fill was tried in processes (kept or not): not tried again.
+    """``[host] fill_pool = "auto"`` with a source that can load in processes: a fill that threads do not speed up (GIL-
+    or CPU-bound) is tried in processes, which stay if they are faster."""
     pool_tried: set[int] = field(default_factory=set)
-    #: A switch of the fill's pool on trial, per lane: (fill batches/s before, threads).
+    """Lanes whose fill was tried in processes (kept or not): not tried again."""
     pool_trial: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """A switch of the fill's pool on trial, per lane: (fill batches/s before, threads)."""
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> Autotuner:

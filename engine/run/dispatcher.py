@@ -42,10 +42,10 @@ from warpdeck.engine.state.task_states import Phase, StallReason, State
 
 __all__ = ["Dispatcher"]
 
-#: The most records one tuning window holds (its last ones).
 _TUNE_RECORDS = 256
-#: How often a lane of a convicted worker looks again for its re-birth (a new epoch).
+"""The most records one tuning window holds (its last ones)."""
 _REBIRTH_POLL_S = 0.25
+"""How often a lane of a convicted worker looks again for its re-birth (a new epoch)."""
 
 
 @dataclass(slots=True)
@@ -65,11 +65,11 @@ class Dispatcher:
         self._stalls: dict[int, _Stall] = {}
         self._lane_records: dict[int, deque[BatchRecord]] = {i: deque(maxlen=_TUNE_RECORDS) for i in range(nl)}
         self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
-        #: Per lane: (perf_counter, process_time) at its last tuning (the process's cores in between).
         self._tune_clock: dict[int, tuple[float, float]] = {}
+        """Per lane: (perf_counter, process_time) at its last tuning (the process's cores in between)."""
         self._lane_wait: dict[int, tuple[float, StallReason]] = {}
-        #: When the run started (``time.perf_counter``), and how long its first batch took.
         self.t0 = time.perf_counter()
+        """When the run started (``time.perf_counter``), and how long its first batch took."""
         self.first_batch_s: float | None = None
 
     @property

@@ -30,14 +30,14 @@ class FaultWatch:
     """Outages and journal failures as the engine acts on them (on its loop)."""
 
     def __init__(self, timeout_s: float, events: RunEvents | None = None) -> None:
-        #: Where an outage's hold is told as a stall of every live task (its start, then its length).
         self._events = events
-        #: Writes held by a full, read-only or failing disk (outputs or journal).
+        """Where an outage's hold is told as a stall of every live task (its start, then its length)."""
         self.outage = Outage(timeout_s)
-        #: Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise).
+        """Writes held by a full, read-only or failing disk (outputs or journal)."""
         self.stopped_by = ""
-        #: Set when the run is to stop (the engine waits on it beside its lanes).
+        """Why the engine stopped itself before the end: ``outage`` or ``journal`` ("" otherwise)."""
         self.stop = asyncio.Event()
+        """Set when the run is to stop (the engine waits on it beside its lanes)."""
         self._seen: OutageView | None = None
         self._rows: npt.NDArray[np.int64] = np.zeros(0, np.int64)
         self._held_since = 0.0

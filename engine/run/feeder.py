@@ -59,8 +59,8 @@ class Feeder:
         self.high = high
         self.handles: dict[int, TaskInput] = {}
         self.paused = False
-        #: An outage (a full or read-only disk): nothing is admitted until it passes.
         self.held = False
+        """An outage (a full or read-only disk): nothing is admitted until it passes."""
         self.draining = False
         self.exhausted = False
         self.backpressure = False
@@ -69,14 +69,14 @@ class Feeder:
         self._it: Iterator[TaskInput] | None = None
         self._wake = asyncio.Event()
         self._on_admit = on_admit
-        #: Called with the new rows before they are queued (a resumed run restores attempts).
         self.prepare = prepare
+        """Called with the new rows before they are queued (a resumed run restores attempts)."""
         self.failed_on_admit: list[tuple[int, str]] = []
-        #: Keys cancelled before admission (the engine's, shared); each is taken out when admitted.
         self.withheld: set[str] = set()
+        """Keys cancelled before admission (the engine's, shared); each is taken out when admitted."""
         self.cancelled_on_admit: list[int] = []
-        #: The source's error where its iteration raised (``RuntimeError: ...``), and its traceback.
         self.source_error = ""
+        """The source's error where its iteration raised (``RuntimeError: ...``), and its traceback."""
         self.source_traceback = ""
 
     @property

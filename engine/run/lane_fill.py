@@ -27,8 +27,8 @@ from warpdeck.engine.state.snapshot import HostProcess
 
 __all__ = ["LaneFill", "Load"]
 
-#: Loads a batch's items into the rows of a buffer; each item's error or None.
 Load = Callable[[Sequence[TaskInput], Any], list[BaseException | None]]
+"""Loads a batch's items into the rows of a buffer; each item's error or None."""
 
 
 class LaneFill:

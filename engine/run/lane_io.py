@@ -19,9 +19,9 @@ from warpdeck.engine.state.records import NonFiniteOutput
 __all__ = ["Loader", "load_rows", "write_outputs"]
 
 
-#: ``load(items, out)``: writes item j's input into ``out[j]``; each item's error or None
-#: (``Source.load``, or a lane's worker processes: engine/run/process_fill.py).
 Loader = Callable[[Sequence[TaskInput], Any], list[BaseException | None]]
+"""``load(items, out)``: writes item j's input into ``out[j]``; each item's error or None (``Source.load``, or a lane's
+worker processes: engine/run/process_fill.py)."""
 
 
 def load_rows(load: Loader, items: Sequence[TaskInput], out: Any) -> list[BaseException | None]:

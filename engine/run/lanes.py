@@ -58,11 +58,11 @@ class _InFlight:
     compute: Marker
     d2h: Marker
     sink_release: Marker
-    #: Release of the pinned output by the previous batch on this slot (its sink).
     out_wait: Marker
+    """Release of the pinned output by the previous batch on this slot (its sink)."""
     host_out: Any
-    #: Each row's count of NaN and infinite outputs, made on the device (None: the sink scans).
     host_counts: Any = None
+    """Each row's count of NaN and infinite outputs, made on the device (None: the sink scans)."""
     sink: Marker | None = None
     error: tuple[Phase, BaseException] | None = None
 
@@ -73,8 +73,8 @@ class _Filling:
     slot: Slot
     plan: StagePlan
     fill: Marker
-    #: Release of the pinned input: chained to this batch's h2d, or freed if it never runs.
     release: Marker
+    """Release of the pinned input: chained to this batch's h2d, or freed if it never runs."""
     in_bytes: int
     out_bytes: int
     h2d: Marker | None = None

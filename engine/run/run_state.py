@@ -50,23 +50,23 @@ class RunState:
     metrics: MetricsAccumulator
     task_keys: TaskKeys
     tuner: Autotuner
-    #: The workers' ids (in process, or the actors), and the worker each lane belongs to.
     worker_ids: list[str]
+    """The workers' ids (in process, or the actors), and the worker each lane belongs to."""
     lane_worker: list[str]
     lanes: Sequence[LaneLike] = ()
-    #: Whether the tuner may change the lanes' slot depth (an operator's depth turns it off).
     auto_depth: bool = True
-    #: Workers an operator quarantined; the local one among them gets no new batches.
+    """Whether the tuner may change the lanes' slot depth (an operator's depth turns it off)."""
     quarantined: set[str] = field(default_factory=set)
-    #: The last failures (for the snapshot), and the last batch records (for the timeline).
+    """Workers an operator quarantined; the local one among them gets no new batches."""
     failures: deque[TaskFailure] = field(default_factory=lambda: deque(maxlen=200))
+    """The last failures (for the snapshot), and the last batch records (for the timeline)."""
     timeline: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=2048))
-    #: What happens, for the exporters (every batch, stall, command, conviction).
     events: RunEvents = field(default_factory=RunEvents)
-    #: Batches handed to lanes and not yet back.
+    """What happens, for the exporters (every batch, stall, command, conviction)."""
     inflight: int = 0
-    #: An operator cancelled the whole run.
+    """Batches handed to lanes and not yet back."""
     cancelled_all: bool = False
+    """An operator cancelled the whole run."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

@@ -18,8 +18,8 @@ from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["Buffer", "Slot", "counted_outputs", "output_bytes"]
 
-#: The dtype of the device's per-row non-finite counts, and of raw buffer bytes.
 _COUNT, _BYTE = np.dtype(np.int32), np.dtype(np.uint8)
+"""The dtype of the device's per-row non-finite counts, and of raw buffer bytes."""
 
 
 class Buffer:
@@ -30,8 +30,8 @@ class Buffer:
     def __init__(self, phase: Phase) -> None:
         self.buf: Any = None
         self.cap = 0
-        #: Where ``buf`` is shared memory a worker process writes: its name there (else None).
         self.shared: SharedBuffer | None = None
+        """Where ``buf`` is shared memory a worker process writes: its name there (else None)."""
         self.holder = -1
         self.release: Marker = done_marker(phase)
 

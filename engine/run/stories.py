@@ -29,8 +29,8 @@ from warpdeck.engine.state.why_slow import CAUSE_SHARE, explain
 
 __all__ = ["MAX_STALLS", "Story", "input_line", "output_line", "tell"]
 
-#: The most stalls one task's story lists (its longest).
 MAX_STALLS = 16
+"""The most stalls one task's story lists (its longest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +133,9 @@ def _stalls(log: BatchLog, attempts: list[AttemptStory]) -> tuple[StallEpisode, 
                               by_batch[e.batch], e.note, e.queued) for e in longest)
 
 
-#: What held a task, by (a lane's wait for a batch, the reason); a batch's own stall otherwise.
 _LANE_PHRASES = {StallReason.CONTROL: "while the lanes were held (paused, an outage or a quarantine)",
                  StallReason.MEMORY: "while its batch filled up (lanes idle until batch_timeout_s)"}
+"""What held a task, by (a lane's wait for a batch, the reason); a batch's own stall otherwise."""
 _PHRASES = {StallReason.BACKPRESSURE: "behind backpressure", StallReason.MEMORY: "behind slow fills",
             StallReason.HUNG: "behind a hung compute", StallReason.WORKER_LOST: "behind a lost worker",
             StallReason.CONTROL: "held by control"}

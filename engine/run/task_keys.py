@@ -73,18 +73,18 @@ class TaskKeys:
         self.feeder = feeder
         self.source = source
         self.resume = resume
-        #: Running rows an operator cancelled: cancelled when their batch reaches its next phase.
         self.cancel_rows: set[int] = set()
-        #: Keys of tasks cancelled while running, whose outputs the lanes' sink must not write.
+        """Running rows an operator cancelled: cancelled when their batch reaches its next phase."""
         self.unwritten: set[str] = set()
-        #: Keys cancelled before admission (the feeder takes each out as it admits it).
+        """Keys of tasks cancelled while running, whose outputs the lanes' sink must not write."""
         self.waiting = feeder.withheld
+        """Keys cancelled before admission (the feeder takes each out as it admits it)."""
         self._journal: Journal | None = None
         self._journal_path: Path | None = None
-        #: Where and when each recent batch ran, and the stalls (a detail's story).
         self.batches = BatchLog()
-        #: The run's sink (set by ``guard``): a detail says where an output landed.
+        """Where and when each recent batch ran, and the stalls (a detail's story)."""
         self.sink: Sink | None = None
+        """The run's sink (set by ``guard``): a detail says where an output landed."""
 
     def guard(self, sink: Sink) -> UnlessCancelled:
         """``sink`` for the lanes: a task cancelled while running writes no output."""
@@ -291,8 +291,8 @@ class UnlessCancelled:
         self.inner = inner
         self._skip = skip
         self._inner_batch = batch_writer(inner)
-        #: ``write_batch`` where the inner sink has one (None: it writes key by key).
         self.write_batch: BatchWriter | None = None if self._inner_batch is None else self._write_batch
+        """``write_batch`` where the inner sink has one (None: it writes key by key)."""
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """Write ``out`` under ``key`` unless the task was cancelled."""

@@ -27,8 +27,8 @@ from warpdeck.engine.edges.config import StageSpec, resolve_target
 
 __all__ = ["TorchStage", "stage_fns", "torch_stage"]
 
-#: What the lanes call a stage with: ``fn(xp, inp, out)``.
 StageFn = Callable[..., Any]
+"""What the lanes call a stage with: ``fn(xp, inp, out)``."""
 
 
 def _torch() -> Any:
@@ -47,8 +47,8 @@ class TorchStage:
         self._factory = factory
         self._stream = stream
         self._lane = threading.local()
-        #: The wrapped function's ``out_spec`` (``plan_stages`` reads it from here).
         self.out_spec: Any = getattr(fn, "out_spec", None)
+        """The wrapped function's ``out_spec`` (``plan_stages`` reads it from here)."""
 
     def _model(self) -> Any:
         assert self._factory is not None

@@ -60,8 +60,8 @@ class _Pending:
     record: BatchRecord | None = None
     rows: int = 0
     finishing: bool = False
-    #: Shared data: rows the actor's own source could not load (row, error).
     fill_errors: list[tuple[int, BaseException]] = field(default_factory=list)
+    """Shared data: rows the actor's own source could not load (row, error)."""
 
 
 class KeepingSink:

@@ -44,8 +44,8 @@ from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["DispatchHost", "RayLane", "RemoteFailure", "StaleEpoch"]
 
-#: The phases an actor measures (on its clock) for shipped batches, and with shared data.
 _ON_ACTOR = (Phase.H2D, Phase.COMPUTE, Phase.D2H)
+"""The phases an actor measures (on its clock) for shipped batches, and with shared data."""
 _ON_ACTOR_SHARED = (Phase.FILL, *_ON_ACTOR)
 
 
@@ -90,19 +90,19 @@ class RayLane:
         self.sink = sink
         self.plan_for = plan_for
         self.policy = policy
-        #: Shared data: the actor loads and stages; this lane sends keys and commits.
         self.shared = shared
+        """Shared data: the actor loads and stages; this lane sends keys and commits."""
         self._depth = max(2, depth)
-        #: The slots live in the actor; the engine shows the batches it has out instead.
         self.ring: list[Slot] = []
+        """The slots live in the actor; the engine shows the batches it has out instead."""
         self.status: LaneStatus = "starting"
         self.output_blocked = False
         self.batches_done = 0
         self.nbytes = 0
-        #: Batches out: id -> the batch and the task dispatching it.
         self._out: dict[int, tuple[Batch, asyncio.Task[None]]] = {}
-        #: Batches whose dispatch was given up because the engine fenced them.
+        """Batches out: id -> the batch and the task dispatching it."""
         self._abandoned: set[int] = set()
+        """Batches whose dispatch was given up because the engine fenced them."""
         self._room = asyncio.Event()
         self.streams = StreamSet(lane_id)
 

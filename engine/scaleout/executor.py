@@ -51,8 +51,8 @@ class Conviction:
     worker: str
     epoch: int
     why: str
-    #: ``time.monotonic()`` when the engine acted on it.
     at: float
+    """``time.monotonic()`` when the engine acted on it."""
 
 
 class WorkersDidNotStart(raylink.RayUnavailable):
@@ -92,15 +92,15 @@ class RayExecutor:
         self.start_timeout_s = start_timeout_s
         self.workers = [RemoteWorker(f"ray-{k}", k, on_change) for k in range(count)]
         self._by_id = {w.id: w for w in self.workers}
-        #: Every conviction of an actor, in order (both paths: the second for an epoch finds nothing).
         self.convictions: list[Conviction] = []
+        """Every conviction of an actor, in order (both paths: the second for an epoch finds nothing)."""
         self._lanes: list[RayLane] = []
-        #: Shared data: what each actor opens to load and stage on its own (None: arrays are shipped).
         self.shared: SharedData | None = None
+        """Shared data: what each actor opens to load and stage on its own (None: arrays are shipped)."""
         self._own_sink: Sink | None = None
         self.data_mode = ("ship", "")
-        #: Set as ``close`` begins: the actors' goodbyes from then on are the ones it asked for.
         self.closing = False
+        """Set as ``close`` begins: the actors' goodbyes from then on are the ones it asked for."""
 
     @property
     def worker_ids(self) -> list[str]:
@@ -117,8 +117,8 @@ class RayExecutor:
         mode, why = data_mode(self.spec)
         if mode == "shared" and self.shared is None:
             mode, why = "ship", "the run's source or sink is an object of this process, not the spec's"
-        #: ``ship`` or ``shared``, and why: the report says it.
         self.data_mode = (mode, why)
+        """``ship`` or ``shared``, and why: the report says it."""
         per = self.spec.lanes
         self._lanes = [RayLane(w.index * per + j, w, j, self.spec.slot_depth, host, source, sink, plan_for,
                                self.spec.nonfinite, self.shared is not None) for w in self.workers for j in range(per)]

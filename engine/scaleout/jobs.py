@@ -26,16 +26,16 @@ class BatchJob:
     (``inputs``), or (shared data) the tasks themselves, for the actor to load (``items``)."""
 
     batch: int
-    #: The actor's lane (0 … lanes-1) that runs it.
     lane: int
+    """The actor's lane (0 … lanes-1) that runs it."""
     key: BatchKey
     inputs: npt.NDArray[Any] | None
-    #: The lane's slot depth the engine asks for (the auto-tuner's choice).
     depth: int
-    #: Shared data: each task's key and handle (an index, a path, a row's place), no data.
+    """The lane's slot depth the engine asks for (the auto-tuner's choice)."""
     items: tuple[TaskInput, ...] = ()
-    #: Shared data: the fill threads the engine's tuner chose for this lane (the actor loads).
+    """Shared data: each task's key and handle (an index, a path, a row's place), no data."""
     fill_workers: int = 0
+    """Shared data: the fill threads the engine's tuner chose for this lane (the actor loads)."""
 
     def __len__(self) -> int:
         return len(self.items) if self.inputs is None else len(self.inputs)
@@ -46,22 +46,22 @@ class BatchOutcome:
     """What an actor did with one batch, under which epoch, and when (the actor's clock)."""
 
     batch: int
-    #: The worker's epoch when the batch arrived: the engine rejects a result from an older one.
     epoch: int
-    #: Row j is task j's output; None when the batch failed.
+    """The worker's epoch when the batch arrived: the engine rejects a result from an older one."""
     outputs: npt.NDArray[Any] | None
-    #: (phase name, message, traceback) of a failed batch.
+    """Row j is task j's output; None when the batch failed."""
     failure: tuple[str, str, str] | None
-    #: ``time.perf_counter`` of the actor when the batch arrived, and (start, end) per phase in
-    #: RUN_PHASES order on the same clock; (0, 0) for a phase not reached.
+    """(phase name, message, traceback) of a failed batch."""
     received: float
+    """``time.perf_counter`` of the actor when the batch arrived, and (start, end) per phase in RUN_PHASES order on the
+    same clock; (0, 0) for a phase not reached."""
     phases: tuple[tuple[float, float], ...]
     slot: int = -1
-    #: Shared data: the rows that could not be loaded (row, error); the rest ran.
     fill_errors: tuple[tuple[int, BaseException], ...] = ()
-    #: Shared data: the keys staged and their temp files (``StagingSink.stage``), for the engine
-    #: to commit, and the rows whose output was not staged or is flagged (row, error).
+    """Shared data: the rows that could not be loaded (row, error); the rest ran."""
     staged_keys: tuple[str, ...] = ()
+    """Shared data: the keys staged and their temp files (``StagingSink.stage``), for the engine to commit, and the rows
+    whose output was not staged or is flagged (row, error)."""
     staged: Staged = ()
     sink_errors: tuple[tuple[int, BaseException], ...] = ()
 
@@ -83,6 +83,6 @@ class WorkerHello:
     device: str
     backend: str
     lanes: int
-    #: Whether its heartbeat is connected to the broker (False without a control plane).
     heartbeating: bool
+    """Whether its heartbeat is connected to the broker (False without a control plane)."""
 

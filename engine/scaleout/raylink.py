@@ -64,10 +64,10 @@ class WorkerDied(RuntimeError):
     def __init__(self, worker_id: str, detail: str, permanent: bool = False, missing_module: str = "") -> None:
         self.worker_id = worker_id
         self.detail = detail
-        #: Ray will not restart it (its restarts are spent, or it was killed for good).
         self.permanent = permanent
-        #: A module its constructor could not import (``No module named 'x'``), else "".
+        """Ray will not restart it (its restarts are spent, or it was killed for good)."""
         self.missing_module = missing_module
+        """A module its constructor could not import (``No module named 'x'``), else ""."""
         super().__init__(f"worker {worker_id}: Ray actor {'gone' if permanent else 'died'}: {detail}")
 
 
@@ -292,13 +292,12 @@ def cluster_gpus() -> int:
     return int(_ray().cluster_resources().get("GPU", 0))
 
 
-#: How often an actor's process checks that its node's raylet is alive (the environment variable
-#: below, read by each actor process; Ray's default is 1000 ms). A raylet that dies takes its
-#: actors with it, but each notices only at its next check, and only then does its broker
-#: connection drop: with the default, a node removed mid-run had its batches requeued 0.82 s after
-#: the removal began, at 100 ms 0.31-0.35 s (three runs each of benchmarks/ray_dispatch.py's node
-#: loss). The check is a signal-0 to one pid; a user's own value in ``runtime_env.env_vars`` wins.
 RAYLET_CHECK_MS = 100
+"""How often an actor's process checks that its node's raylet is alive (the environment variable below, read by each
+actor process; Ray's default is 1000 ms). A raylet that dies takes its actors with it, but each notices only at its next
+check, and only then does its broker connection drop: with the default, a node removed mid-run had its batches requeued
+0.82 s after the removal began, at 100 ms 0.31-0.35 s (three runs each of benchmarks/ray_dispatch.py's node loss). The
+check is a signal-0 to one pid; a user's own value in ``runtime_env.env_vars`` wins."""
 _RAYLET_CHECK_ENV = "RAY_raylet_death_check_interval_milliseconds"
 
 

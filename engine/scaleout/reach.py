@@ -34,17 +34,17 @@ if TYPE_CHECKING:
 __all__ = ["LOG_NAME", "PLANE_FIX", "NodeInfo", "RayLog", "Target", "actors_fit", "is_local_host", "loopback_broker",
            "parse_target", "per_actor", "plane_refusal", "probe", "remote_nodes"]
 
-#: The highest TCP port.
 _MAX_PORT = 65535
-#: Hosts named in a refusal, at most.
+"""The highest TCP port."""
 _NAMED = 4
+"""Hosts named in a refusal, at most."""
 
-#: Ray's lines, in the run directory.
 LOG_NAME = "ray.log"
+"""Ray's lines, in the run directory."""
 
-#: What to do when the actors could not reach the control plane.
 PLANE_FIX = ("give --broker a broker every node reaches, with TLS and credentials, e.g. "
              "--broker mqtts://user:pass@head:8883 --ca-file ca.pem")
+"""What to do when the actors could not reach the control plane."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,8 @@ class Target:
     """Where ``[executor] address`` points: ``how`` says what is tried there."""
 
     address: str
-    #: ``GCS`` (``host:port``, or what ``auto`` found) or ``Ray client server`` (``ray://``).
     how: str
+    """``GCS`` (``host:port``, or what ``auto`` found) or ``Ray client server`` (``ray://``)."""
     host: str
     port: int
 
@@ -120,8 +120,8 @@ class NodeInfo:
     alive: bool
     cpus: float
     gpus: float
-    #: Its other resources (custom ones, memory...), as Ray counts them.
     resources: dict[str, float] = field(default_factory=dict)
+    """Its other resources (custom ones, memory...), as Ray counts them."""
     node_id: str = ""
 
 
@@ -185,8 +185,8 @@ def plane_refusal(address: str | None, broker: str, local_ips: Iterable[str],
             f"heartbeat, so nothing was started; {PLANE_FIX}")
 
 
-#: What a local Ray writes on every run, which nobody needs pointing to.
 _ROUTINE = ("Token authentication is enabled", "(autoscaler")
+"""What a local Ray writes on every run, which nobody needs pointing to."""
 
 
 class RayLog:

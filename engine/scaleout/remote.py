@@ -28,8 +28,8 @@ __all__ = ["RemoteWorker"]
 
 _FIRST_RETRY_S = 0.1
 _MAX_RETRY_S = 2.0
-#: How often Ray's actor table is read while an actor is asked and does not answer.
 _LOOK_S = 0.5
+"""How often Ray's actor table is read while an actor is asked and does not answer."""
 
 
 def _quiet(_event: RunEvent) -> None:
@@ -45,14 +45,14 @@ class RemoteWorker:
         self.index = index
         self.handle: Any = None
         self.hello: WorkerHello | None = None
-        #: The epoch batches are leased under (0 until the actor first answers).
         self.epoch = 0
+        """The epoch batches are leased under (0 until the actor first answers)."""
         self.batches_done = 0
         self.error = ""
-        #: Why it is not working, from Ray's actor table ("" while it works or is not asked).
         self.note = ""
-        #: Where its run events go (the engine's ``RunEvents.emit``).
+        """Why it is not working, from Ray's actor table ("" while it works or is not asked)."""
         self.emit: Callable[[RunEvent], None] = _quiet
+        """Where its run events go (the engine's ``RunEvents.emit``)."""
         self.gone = asyncio.Event()
         self._on_change = on_change
         self._asking: asyncio.Task[None] | None = None

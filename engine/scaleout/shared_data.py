@@ -33,8 +33,8 @@ from warpdeck.engine.state.records import NonFiniteOutput
 __all__ = ["RowErrors", "SharedData", "Stager", "data_mode", "opened_from_spec", "portable", "shared_data",
            "stage_outputs"]
 
-#: (row of the job, its error) for the rows that failed.
 RowErrors = tuple[tuple[int, BaseException], ...]
+"""(row of the job, its error) for the rows that failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,8 @@ def shared_data(spec: PipelineSpec, sink: Sink) -> SharedData | None:
     return SharedData(source, out)
 
 
-#: The sources ``open_source`` makes from the spec sections an actor can open too.
 _SPEC_SOURCES = frozenset({"SyntheticSourceImpl", "NpyDirSourceImpl", "ImageSourceImpl", "ParquetSourceImpl"})
+"""The sources ``open_source`` makes from the spec sections an actor can open too."""
 
 
 def opened_from_spec(source: Source) -> bool:

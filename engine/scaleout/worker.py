@@ -42,14 +42,13 @@ from warpdeck.engine.state.task_states import Phase
 
 __all__ = ["LaneWorker"]
 
-#: Fault injection for tests (set through ``runtime_env.env_vars``), ``WORKER:SECONDS:MARKER``:
-#: worker WORKER, after staging a batch, waits SECONDS before answering, once (it creates the file
-#: MARKER, and never waits while it exists), so a test can kill it between writing its temp files
-#: and the engine's commit.
 HOLD_AFTER_STAGE_ENV = "WARPDECK_FAULT_HOLD_AFTER_STAGE"
+"""Fault injection for tests (set through ``runtime_env.env_vars``), ``WORKER:SECONDS:MARKER``: worker WORKER, after
+staging a batch, waits SECONDS before answering, once (it creates the file MARKER, and never waits while it exists), so
+a test can kill it between writing its temp files and the engine's commit."""
 
-#: How long ``hello`` waits for the heartbeat's first connection before answering without it.
 _CONNECT_WAIT_S = 10.0
+"""How long ``hello`` waits for the heartbeat's first connection before answering without it."""
 
 
 def _version() -> str:
@@ -77,8 +76,8 @@ class LaneWorker:
         self.worker_id = worker_id
         self.backend = select_backend(spec.backend)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        #: What the birth and the control room show: the backend's device and Ray's GPU for it.
         self.device = f"{self.backend.device_name} (ray gpu {gpu})" if gpu else self.backend.device_name
+        """What the birth and the control room show: the backend's device and Ray's GPU for it."""
         self._fns = stage_fns(spec.stages, self.backend.torch_stream)
         self._plans: dict[BatchKey, StagePlan] = {}
         self._broker = broker
@@ -86,7 +85,7 @@ class LaneWorker:
         self._secret = secret
         self._epoch = 0
         self.host = ActorHost(spec.lanes, self.epoch)
-        #: Shared data: the actor's own source (its lanes load with it) and the sink it stages into.
+        # Shared data: the actor's own source (its lanes load with it) and the sink it stages into.
         source: Source = ArrivedSource()
         self._stage_sink: StagingSink | None = None
         if shared is not None:

@@ -48,16 +48,16 @@ __all__ = [
 ]
 
 PHASES: tuple[str, ...] = ("fill", "h2d", "compute", "d2h", "sink")
-#: Phases that run on a pool of host threads; the others run in order, one batch at a time.
 HOST_PHASES: tuple[str, ...] = ("fill", "sink")
-#: A smaller batch within this share of the best predicted rate is preferred.
+"""Phases that run on a pool of host threads; the others run in order, one batch at a time."""
 _PREFER_SMALLER = 0.05
-#: Below this, a calibration's efficiency says more about its noise than about the engine.
+"""A smaller batch within this share of the best predicted rate is preferred."""
 _LEAST_EFFICIENCY = 0.5
-#: An anchor lowers the fits' level, never raises it: a short run of the plan sees what the lines
-#: cannot (threads contending, a size outside the calibrated ones), while a run faster than the
-#: lines has mostly caught the machine in a lull. Below the floor it says more about its noise.
+"""Below this, a calibration's efficiency says more about its noise than about the engine."""
 _SCALE_RANGE = (0.25, 1.0)
+"""An anchor lowers the fits' level, never raises it: a short run of the plan sees what the lines cannot (threads
+contending, a size outside the calibrated ones), while a run faster than the lines has mostly caught the machine in a
+lull. Below the floor it says more about its noise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,15 @@ from warpdeck.engine.state.tasks import TaskTable
 
 __all__ = ["BATCH_CAPACITY", "ROW_BYTES", "STALL_CAPACITY", "BatchLog", "LoggedBatch", "LoggedStall"]
 
-#: How many batches and stall episodes the log keeps (the newest).
 BATCH_CAPACITY = 1 << 20
+"""How many batches and stall episodes the log keeps (the newest)."""
 STALL_CAPACITY = 1 << 16
-#: A lane's wait for a batch shorter than this is no episode (it happens before nearly every batch).
 MIN_LANE_WAIT_S = 1e-3
-#: Distinct stall notes kept (notes are a handful of fixed texts; any beyond this are dropped).
+"""A lane's wait for a batch shorter than this is no episode (it happens before nearly every batch)."""
 _MAX_NOTES = 1024
-#: Distinct workers named (a worker's number is an int16 column; any beyond are logged unnamed).
+"""Distinct stall notes kept (notes are a handful of fixed texts; any beyond this are dropped)."""
 _MAX_WORKERS = int(np.iinfo(np.int16).max)
+"""Distinct workers named (a worker's number is an int16 column; any beyond are logged unnamed)."""
 _FIRST_ROWS = 1024
 _NP = len(RUN_PHASES)
 _BATCH_COLUMNS = (("bid", np.int64), ("lane", np.int16), ("slot", np.int16), ("worker", np.int16),
@@ -52,8 +52,8 @@ _BATCH_COLUMNS = (("bid", np.int64), ("lane", np.int16), ("slot", np.int16), ("w
                   ("ok", np.int8))
 _STALL_COLUMNS = (("bid", np.int64), ("lane", np.int16), ("reason", np.int8), ("kind", np.int8),
                   ("t0", np.float64), ("t1", np.float64), ("note", np.int16))
-#: Bytes of one batch row: the columns above and five (start, end) float32 pairs.
 ROW_BYTES = sum(np.dtype(t).itemsize for _, t in _BATCH_COLUMNS) + _NP * 2 * 4
+"""Bytes of one batch row: the columns above and five (start, end) float32 pairs."""
 _IN_FLIGHT, _OK, _FAILED = 0, 1, 2
 _T = TypeVar("_T")
 _BATCH_STALL, _QUEUED_STALL, _LANE_WAIT = 0, 1, 2
@@ -66,17 +66,17 @@ class LoggedBatch:
     batch: int
     lane: int
     slot: int
-    #: "" when the log never heard its start (a record without one).
     worker: str
+    """"" when the log never heard its start (a record without one)."""
     epoch: int
     key: BatchKey | None
     tasks: int
     formed: float
-    #: (start, end) per phase in RUN_PHASES order; None for a phase the batch never reached (while a
-    #: batch runs, only its fill's start is known: its record comes at its end).
     phases: tuple[tuple[float, float] | None, ...]
-    #: None while the batch is in flight.
+    """(start, end) per phase in RUN_PHASES order; None for a phase the batch never reached (while a batch runs, only
+    its fill's start is known: its record comes at its end)."""
     ok: bool | None
+    """None while the batch is in flight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +107,10 @@ class BatchLog:
         self.stall_capacity = stall_capacity
         p0 = time.perf_counter()
         mono = time.monotonic()
-        #: ``time.perf_counter() - time.monotonic()``, measured once: the table's clock to the records'.
         self.mono_offset = (p0 + time.perf_counter()) / 2 - mono
-        #: The run's start on ``time.perf_counter`` (the dispatcher sets it when the run begins).
+        """``time.perf_counter() - time.monotonic()``, measured once: the table's clock to the records'."""
         self.origin = p0
+        """The run's start on ``time.perf_counter`` (the dispatcher sets it when the run begins)."""
         self._workers: list[str] = []
         self._worker_ix: dict[str, int] = {}
         self._keys: list[BatchKey] = []
@@ -122,10 +122,10 @@ class BatchLog:
         self._s: dict[str, npt.NDArray[Any]] = {}
         self._grow_batches(min(capacity, _FIRST_ROWS))
         self._grow_stalls(min(stall_capacity, _FIRST_ROWS))
-        #: Stall episodes logged so far (the ring holds the newest ``stall_capacity``).
         self.stalls_logged = 0
-        #: The highest batch id logged so far.
+        """Stall episodes logged so far (the ring holds the newest ``stall_capacity``)."""
         self.newest = -1
+        """The highest batch id logged so far."""
 
     # -- clocks -----------------------------------------------------------------------------------
     def from_table(self, t: float) -> float:

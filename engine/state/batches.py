@@ -54,8 +54,8 @@ class TaskInput:
     key: str
     batch_key: BatchKey
     handle: Any
-    #: Set when enumeration already knows the input is unusable (unreadable header, say).
     error: str = ""
+    """Set when enumeration already knows the input is unusable (unreadable header, say)."""
 
 
 
@@ -68,8 +68,8 @@ class Batch:
     idx: npt.NDArray[np.int64]
     items: list[TaskInput]
     formed_at: float
-    #: Distinct batching keys waiting when this batch was formed.
     divergence: int = 1
+    """Distinct batching keys waiting when this batch was formed."""
     lane: int = -1
     slot: int = -1
     retry: bool = False

@@ -17,11 +17,11 @@ from warpdeck.engine.state.task_states import Phase, State
 
 __all__ = ["CANCELLED", "COLUMN_CODES", "DONE", "FAILED", "NOWHERE", "QUEUED", "STALLED", "column_codes"]
 
-#: Column codes: 0 queued, 1..5 the running phase (fill, h2d, compute, d2h, sink), then these.
 QUEUED = 0
+"""Column codes: 0 queued, 1..5 the running phase (fill, h2d, compute, d2h, sink), then these."""
 STALLED = 6
-#: Finished tasks by rank: failed first (they want attention), then cancelled, then done.
 FAILED, CANCELLED, DONE = 7, 8, 9
+"""Finished tasks by rank: failed first (they want attention), then cancelled, then done."""
 NOWHERE = 255
 
 
@@ -46,8 +46,8 @@ def _code_table() -> npt.NDArray[np.uint8]:
     return table
 
 
-#: Column code by ``stalled << 6 | state << 3 | phase`` (``stalled`` is 0 or 1).
 COLUMN_CODES = _code_table()
+"""Column code by ``stalled << 6 | state << 3 | phase`` (``stalled`` is 0 or 1)."""
 _BITS = 8  # state and phase each take three bits of the index
 assert int(Phase.SINK) == STALLED - 1 and max(State) < _BITS and max(Phase) < _BITS  # the layout relies on these
 

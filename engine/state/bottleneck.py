@@ -18,14 +18,14 @@ from typing import Literal
 
 __all__ = ["HostThreads", "ThreadCap", "describe_bottleneck", "more_lanes_words"]
 
-#: Below this speedup more lanes are not worth offering.
 _NO_GAIN = 1.05
+"""Below this speedup more lanes are not worth offering."""
 _HELD_BY = {"cores": "the cores are busy", "device": "the device is busy"}
 
-#: Why a host phase has no more threads: still tuned (``tuned``), pinned by the spec, at the
-#: tuner's ``max_workers``, at the CPU budget, shown not to speed up with threads (``saturated``),
-#: out of memory for the slot another thread needs, or held by a depth an operator set.
 ThreadCap = Literal["tuned", "pinned", "max", "cpu", "saturated", "memory", "depth"]
+"""Why a host phase has no more threads: still tuned (``tuned``), pinned by the spec, at the tuner's ``max_workers``, at
+the CPU budget, shown not to speed up with threads (``saturated``), out of memory for the slot another thread needs, or
+held by a depth an operator set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,8 @@ class HostThreads:
     now: int
     cap: int
     why: ThreadCap = "tuned"
-    #: Each thread hands its work to a worker process of its own (``[host] fill_pool``).
     processes: bool = False
+    """Each thread hands its work to a worker process of its own (``[host] fill_pool``)."""
 
 
 _ADVICE: dict[ThreadCap, str] = {

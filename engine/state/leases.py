@@ -35,12 +35,12 @@ class LeaseBook:
         self._epoch_of = epoch_of
         self._leases: dict[int, Lease] = {}
         self._fenced: set[int] = set()
-        #: Worker → its newest convicted epoch.
         self._convicted: dict[str, int] = {}
-        #: Results (or failures) that arrived from fenced batches and were rejected.
+        """Worker → its newest convicted epoch."""
         self.rejected = 0
-        #: Batches taken back from convicted workers.
+        """Results (or failures) that arrived from fenced batches and were rejected."""
         self.reclaimed = 0
+        """Batches taken back from convicted workers."""
 
     def current_epoch(self, worker: str) -> int:
         """The epoch ``worker`` lives in now (its births so far)."""

@@ -32,20 +32,20 @@ from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
 
 __all__ = ["Figures", "MetricsAccumulator", "amdahl_speedup"]
 
-#: Batches needed before a steady-state rate means anything (first done to last done).
 _STEADY_MIN = 3
+"""Batches needed before a steady-state rate means anything (first done to last done)."""
 _PHASE_NAMES = tuple(p.name.lower() for p in RUN_PHASES)
 _COMPUTE = Phase.COMPUTE - 1
 _HOST = {Phase.FILL - 1: 0, Phase.SINK - 1: 1}
-#: A host phase whose CPU time is at least this share of its busy time burns CPU: cores cap it.
 _BURNS = 0.3
-#: Device busy at which the device is the bottleneck, whatever the phases' capacities say (they
-#: are estimates; a device busy this much of the time has no room left for a faster host).
+"""A host phase whose CPU time is at least this share of its busy time burns CPU: cores cap it."""
 DEVICE_SATURATED = 0.9
-#: Compute intervals kept unmerged before a merge (a reading merges them too).
+"""Device busy at which the device is the bottleneck, whatever the phases' capacities say (they are estimates; a device
+busy this much of the time has no room left for a faster host)."""
 _MERGE_EVERY = 256
-#: Per lane: the fill and the sink threads (the tuner's, engine/run/autotune.py).
+"""Compute intervals kept unmerged before a merge (a reading merges them too)."""
 LaneThreads = Mapping[int, tuple[HostThreads, HostThreads]]
+"""Per lane: the fill and the sink threads (the tuner's, engine/run/autotune.py)."""
 
 
 def amdahl_speedup(serial_fraction: float, p: float) -> float:

@@ -47,10 +47,10 @@ def _plain_by_lane(by_lane: Mapping[int, Mapping[str, float]]) -> dict[int, dict
     return {lane: dict(named) for lane, named in by_lane.items()}
 
 
-#: Counts by name (tasks by phase or stall reason, commands refused and messages dropped by reason).
 NamedCounts = Annotated[Mapping[str, int], PlainSerializer(dict, return_type=dict[str, int])]
-#: Figures by name (seconds per phase or stall reason, Amdahl ceilings per lane count).
+"""Counts by name (tasks by phase or stall reason, commands refused and messages dropped by reason)."""
 NamedFigures = Annotated[Mapping[str, float], PlainSerializer(dict, return_type=dict[str, float])]
-#: Figures by lane, then by name (each lane's phase occupancy).
+"""Figures by name (seconds per phase or stall reason, Amdahl ceilings per lane count)."""
 LaneFigures = Annotated[Mapping[int, Mapping[str, float]],
                         PlainSerializer(_plain_by_lane, return_type=dict[int, dict[str, float]])]
+"""Figures by lane, then by name (each lane's phase occupancy)."""

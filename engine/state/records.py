@@ -44,8 +44,8 @@ class StagePlan:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[np.dtype[Any], ...]
     deadline_s: float
-    #: The spec's ``nonfinite`` policy: flag, fail or allow.
     nonfinite: str = "allow"
+    """The spec's ``nonfinite`` policy: flag, fail or allow."""
 
     @property
     def out_nbytes(self) -> int:

@@ -52,7 +52,6 @@ class ExitStatus(enum.IntEnum):
     did not record (outputs already in place are kept, never written twice)."""
 
 
-#: The exit statuses in words, for ``--help`` and the docs.
 EXIT_STATUS_HELP = """exit status:
   0 finished: every task done
   1 one or more tasks failed or were cancelled
@@ -64,6 +63,7 @@ EXIT_STATUS_HELP = """exit status:
     [faults] outage_timeout_s; nothing was marked failed: fix the disk and run the same command
   6 the journal could not be written: stopped at once; the same command resumes once it can
 where two apply, the higher of 6, 5, 4 wins, then failed (1), then drained (3)"""
+"""The exit statuses in words, for ``--help`` and the docs."""
 
 
 class _Frozen(BaseModel):

@@ -70,9 +70,9 @@ class WorkerConvicted:
     worker: str
     epoch: int
     cause: str
-    #: Batches and tasks taken back from it (0 and 0: the second report of a conviction, or a
-    #: worker that held nothing).
     batches: int = 0
+    """Batches and tasks taken back from it (0 and 0: the second report of a conviction, or a worker that held
+    nothing)."""
     tasks: int = 0
 
 
@@ -108,8 +108,8 @@ class WorkerGone:
 
 RunEvent = BatchFinished | StallEvent | CommandEvent | WorkerConvicted | WorkerReborn | WorkerWaiting | WorkerGone
 
-#: The most of a cause's or reason's detail a worker line repeats.
 _DETAIL = 160
+"""The most of a cause's or reason's detail a worker line repeats."""
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 __all__ = ["DEPTH_MAX", "DEPTH_MIN"]
 
-#: Fewer than two slots and nothing overlaps.
 DEPTH_MIN = 2
-#: More slots than this buy nothing a lane can use and hold pinned memory for it.
+"""Fewer than two slots and nothing overlaps."""
 DEPTH_MAX = 64
+"""More slots than this buy nothing a lane can use and hold pinned memory for it."""

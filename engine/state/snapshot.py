@@ -51,13 +51,12 @@ __all__ = [
     "ended_words",
 ]
 
-#: The engine's status: ``starting`` until the run begins, ``running`` until it ends, then how it
-#: ended (engine/engine.py, ``Engine._final_status``): ``stopped`` with work left (an outage, a
-#: journal failure, a cancelled run task), ``cancelled`` (everything cancelled), ``drained`` (the
-#: source was drained) or ``finished``.
 EngineStatus = Literal["starting", "running", "stopped", "cancelled", "drained", "finished"]
-#: The statuses of a run that ended with nothing left to do (``stopped`` left work for a resume).
+"""The engine's status: ``starting`` until the run begins, ``running`` until it ends, then how it ended
+(engine/engine.py, ``Engine._final_status``): ``stopped`` with work left (an outage, a journal failure, a cancelled run
+task), ``cancelled`` (everything cancelled), ``drained`` (the source was drained) or ``finished``."""
 FINISHED_STATUSES: frozenset[EngineStatus] = frozenset(("finished", "drained", "cancelled"))
+"""The statuses of a run that ended with nothing left to do (``stopped`` left work for a resume)."""
 
 
 def ended_words(status: str, failed: int, cancelled: int) -> str:
@@ -67,15 +66,15 @@ def ended_words(status: str, failed: int, cancelled: int) -> str:
         return status
     lost = [f"{failed:,} failed"] * bool(failed) + [f"{cancelled:,} cancelled"] * bool(cancelled)
     return f"{status} with {', '.join(lost)}"
-#: What a lane is doing (engine/run/lanes.py; a Ray lane, engine/scaleout/dispatch.py, waits for its
-#: actor and may find its worker gone).
 LaneStatus = Literal["starting", "waiting for slot", "waiting for input", "filling", "waiting for the actor",
                      "worker gone", "stopped"]
-#: A slot as its newest batch's phase leaves it: ``readable`` once its output waits for the sink.
+"""What a lane is doing (engine/run/lanes.py; a Ray lane, engine/scaleout/dispatch.py, waits for its actor and may find
+its worker gone)."""
 SlotState = Literal["free", "filling", "h2d", "computing", "d2h", "readable"]
-#: A task's state in its detail; ``unknown`` for a key an attached control room's telemetry did not
-#: sample (engine/control/telemetry.py, ``detail_from``).
+"""A slot as its newest batch's phase leaves it: ``readable`` once its output waits for the sink."""
 DetailState = StateName | Literal["unknown"]
+"""A task's state in its detail; ``unknown`` for a key an attached control room's telemetry did not sample
+(engine/control/telemetry.py, ``detail_from``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +83,19 @@ class Counts:
     counted in their state)."""
 
     queued: int
-    #: Running tasks by phase name (``fill`` to ``sink``).
     running: NamedCounts
+    """Running tasks by phase name (``fill`` to ``sink``)."""
     done: int
     failed: int
     cancelled: int
-    #: Stalled tasks by stall name (``memory`` to ``hung``).
     stalled: NamedCounts
+    """Stalled tasks by stall name (``memory`` to ``hung``)."""
     total: int
     """Tasks admitted so far (every state above)."""
-    #: Tasks the source will yield in this run, when it knows (a resume's leaves out ``earlier``).
     expected: int | None
-    #: Tasks an earlier run in this run directory finished: done there, not run again here.
+    """Tasks the source will yield in this run, when it knows (a resume's leaves out ``earlier``)."""
     earlier: int = 0
+    """Tasks an earlier run in this run directory finished: done there, not run again here."""
 
     def __post_init__(self) -> None:
         set_read_only(self, "running", "stalled")
@@ -197,32 +196,32 @@ class TaskDetail:
     key: str
     state: DetailState
     phase: PhaseName
-    #: The current attempt's number; the first is 1.
     attempt: int
+    """The current attempt's number; the first is 1."""
     batch: int
     stall: StallName
     stall_note: str
     error: str
     traceback: str
     history: tuple[TaskAttempt, ...]
-    #: Why a done task's output is suspect (non-finite values under ``nonfinite = "flag"``).
     flag: str = ""
-    #: False for a task not in this run's table: not admitted yet, or finished by an earlier run.
+    """Why a done task's output is suspect (non-finite values under ``nonfinite = "flag"``)."""
     admitted: bool = True
-    #: Where a task not in the table stands, in words ("queued (not yet admitted)").
+    """False for a task not in this run's table: not admitted yet, or finished by an earlier run."""
     note: str = ""
-    #: Its whole story (engine/run/stories.py); empty where the detail comes from telemetry or the
-    #: journal. Every attempt, oldest first: batch, lane, slot, worker, epoch, queue wait, phase times.
+    """Where a task not in the table stands, in words ("queued (not yet admitted)")."""
     attempts: tuple[AttemptStory, ...] = ()
-    #: Its batches' finished stalls (the longest few), oldest first.
+    """Its whole story (engine/run/stories.py); empty where the detail comes from telemetry or the journal. Every
+    attempt, oldest first: batch, lane, slot, worker, epoch, queue wait, phase times."""
     stalls: tuple[StallEpisode, ...] = ()
-    #: Where its input comes from (a path, an index) with dtype and shape; where its output landed.
+    """Its batches' finished stalls (the longest few), oldest first."""
     input_from: str = ""
+    """Where its input comes from (a path, an index) with dtype and shape; where its output landed."""
     output_to: str = ""
-    #: Why it took as long as it did, in one line ("waited 1.2 s in queue behind backpressure; compute 11 ms").
     why: str = ""
-    #: When it was admitted, seconds since the run's start.
+    """Why it took as long as it did, in one line ("waited 1.2 s in queue behind backpressure; compute 11 ms")."""
     admitted_at_s: float | None = None
+    """When it was admitted, seconds since the run's start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,11 +245,11 @@ class LaneView:
     batches_done: int
     nbytes: int
     slots: tuple[SlotView, ...]
-    #: Threads loading inputs and writing outputs (engine/run/autotune.py tunes them).
     fill_workers: int = 1
+    """Threads loading inputs and writing outputs (engine/run/autotune.py tunes them)."""
     sink_workers: int = 1
-    #: Where fills run in worker processes (``[host] fill_pool``): each one, one per fill thread.
     fill_processes: tuple[HostProcess, ...] = ()
+    """Where fills run in worker processes (``[host] fill_pool``): each one, one per fill thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +293,8 @@ class WorkerView:
     epoch: int
     lanes: int
     lanes_busy: int
-    #: Batches this worker has finished; a heartbeat carries it so a frozen worker shows.
     progress: int
+    """Batches this worker has finished; a heartbeat carries it so a frozen worker shows."""
     tasks_done: int
     tasks_failed: int
     heartbeat_age_s: float | None = None
@@ -305,9 +304,9 @@ class WorkerView:
     mem_total_mb: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
-    #: Why the worker is not working, where the engine knows (a Ray actor Ray is restarting:
-    #: ``restarting: waiting for 1 GPU`` while no node has room); "" otherwise.
     note: str = ""
+    """Why the worker is not working, where the engine knows (a Ray actor Ray is restarting: ``restarting: waiting for 1
+    GPU`` while no node has room); "" otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,20 +321,20 @@ class ControlView:
     dropped: NamedCounts
     reconnects: int
     error: str = ""
-    #: How far behind the monitor's input ran at the last tick (seconds), and how many times that
-    #: lag held silence verdicts (engine/control/lag.py).
     input_lag_s: float = 0.0
+    """How far behind the monitor's input ran at the last tick (seconds), and how many times that lag held silence
+    verdicts (engine/control/lag.py)."""
     lag_holds: int = 0
-    #: Whether worker messages are signed (a secret is set): without, anyone who can publish to the
-    #: broker can forge a worker's birth, heartbeat or death (engine/control/worker_auth.py).
     workers_signed: bool = True
-    #: Workers of this run convicted dead, and worker records forgotten (dead, or never heard, for
-    #: the monitor's ``forget_after_s``, or to make room under its ``max_workers``).
+    """Whether worker messages are signed (a secret is set): without, anyone who can publish to the broker can forge a
+    worker's birth, heartbeat or death (engine/control/worker_auth.py)."""
     workers_lost: int = 0
+    """Workers of this run convicted dead, and worker records forgotten (dead, or never heard, for the monitor's
+    ``forget_after_s``, or to make room under its ``max_workers``)."""
     workers_forgotten: int = 0
-    #: The plane stopped on an error (``error`` says which) and will not come back this run: no
-    #: worker is heard, no command from another room arrives; the run goes on.
     stopped: bool = False
+    """The plane stopped on an error (``error`` says which) and will not come back this run: no worker is heard, no
+    command from another room arrives; the run goes on."""
 
     def __post_init__(self) -> None:
         set_read_only(self, "commands_refused", "dropped")
@@ -363,15 +362,15 @@ class EngineSnapshot:
     figures: Figures
     failures: tuple[TaskFailure, ...]
     workers: tuple[WorkerView, ...] = ()
-    #: None when the engine runs without a control plane.
     control: ControlView | None = None
-    #: Set while writes are held by a full, read-only or failing disk (engine/edges/outage.py).
+    """None when the engine runs without a control plane."""
     outage: OutageView | None = None
-    #: In an attached control room: its link to the engine (engine/control/link_meter.py); else None.
+    """Set while writes are held by a full, read-only or failing disk (engine/edges/outage.py)."""
     link: LinkView | None = None
-    #: Where ``tasks`` is a sample (an attached room's, from telemetry): every board column's size, by
-    #: telemetry's column names (``engine/control/compact.py``, ``ColumnName``); else None.
+    """In an attached control room: its link to the engine (engine/control/link_meter.py); else None."""
     column_totals: NamedCounts | None = None
+    """Where ``tasks`` is a sample (an attached room's, from telemetry): every board column's size, by telemetry's
+    column names (``engine/control/compact.py``, ``ColumnName``); else None."""
 
     @property
     def finished(self) -> bool:

@@ -25,10 +25,10 @@ __all__ = [
     "check_transition",
 ]
 
-#: How snapshots, the wire and the control room spell a ``State``, a ``Phase`` and a ``StallReason``:
-#: each member's name in lower case, in member order (checked against the enums when this module
-#: loads, so the two cannot drift apart). The columns hold the enums' numbers; ``.label`` gives these.
 StateName = Literal["queued", "running", "done", "failed", "cancelled"]
+"""How snapshots, the wire and the control room spell a ``State``, a ``Phase`` and a ``StallReason``: each member's name
+in lower case, in member order (checked against the enums when this module loads, so the two cannot drift apart). The
+columns hold the enums' numbers; ``.label`` gives these."""
 PhaseName = Literal["none", "fill", "h2d", "compute", "d2h", "sink"]
 StallName = Literal["none", "memory", "control", "backpressure", "worker_lost", "hung"]
 
@@ -106,9 +106,9 @@ _PHASE_LABELS: Mapping[Phase, PhaseName] = _labels(Phase, get_args(PhaseName))
 _STALL_LABELS: Mapping[StallReason, StallName] = _labels(StallReason, get_args(StallName))
 
 
-#: The control stall's note on tasks that cannot start because every worker is quarantined (the
-#: control room names that state from it).
 ALL_QUARANTINED = "every worker quarantined"
+"""The control stall's note on tasks that cannot start because every worker is quarantined (the control room names that
+state from it)."""
 
 
 class IllegalTransition(ValueError):

@@ -23,8 +23,8 @@ __all__ = ["AttemptStory", "PhaseTime", "StallEpisode", "StoryOutcome", "seconds
 
 _MS, _TEN_MS, _MINUTE, _HOUR = 1e-3, 1e-2, 60.0, 3600.0
 
-#: How an attempt stands: ended (``AttemptOutcome``), or still ``queued`` / ``running``.
 StoryOutcome = AttemptOutcome | Literal["queued", "running"]
+"""How an attempt stands: ended (``AttemptOutcome``), or still ``queued`` / ``running``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +33,8 @@ class PhaseTime:
     every task of a batch shares it)."""
 
     phase: PhaseName
-    #: Seconds since the run's start.
     start_s: float
+    """Seconds since the run's start."""
     took_s: float
 
 
@@ -44,24 +44,24 @@ class AttemptStory:
     in the queue and how long each phase took. ``kept`` is False when the batch log no longer holds its
     batch (the oldest batches of a long run): then only ``batch`` and the outcome are known."""
 
-    #: The attempt's number; the first is 1.
     attempt: int
+    """The attempt's number; the first is 1."""
     outcome: StoryOutcome
     batch: int = -1
     lane: int = -1
     slot: int = -1
     worker: str = ""
     epoch: int = -1
-    #: When the attempt entered the ready queue (admitted, or retried), seconds since the run's start.
     queued_at_s: float | None = None
-    #: From entering the queue to its batch's fill starting.
+    """When the attempt entered the ready queue (admitted, or retried), seconds since the run's start."""
     queue_wait_s: float | None = None
-    #: The phases its batch reached, in order (a failed batch stops at the phase that failed).
+    """From entering the queue to its batch's fill starting."""
     phases: tuple[PhaseTime, ...] = ()
-    #: When the attempt ended (done, failed, cancelled, requeued), seconds since the run's start.
+    """The phases its batch reached, in order (a failed batch stops at the phase that failed)."""
     ended_at_s: float | None = None
-    #: Why it ended when it did not end done (the failure, the cancel, the lost worker).
+    """When the attempt ended (done, failed, cancelled, requeued), seconds since the run's start."""
     reason: str = ""
+    """Why it ended when it did not end done (the failure, the cancel, the lost worker)."""
     kept: bool = True
 
     @property
@@ -77,14 +77,14 @@ class StallEpisode:
     """One finished stall of a task's batch (or of the task while it was queued): why and how long."""
 
     reason: StallName
-    #: When it began, seconds since the run's start.
     at_s: float
+    """When it began, seconds since the run's start."""
     lasted_s: float
-    #: The attempt whose batch stalled.
     attempt: int
+    """The attempt whose batch stalled."""
     note: str = ""
-    #: True for a stall the task had while it waited in the queue (paused, an outage).
     queued: bool = False
+    """True for a stall the task had while it waited in the queue (paused, an outage)."""
 
 
 def seconds_text(s: float, *, compact: bool = False) -> str:

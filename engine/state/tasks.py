@@ -38,8 +38,8 @@ __all__ = [
     "TaskTable",
 ]
 
-#: How an attempt ended; ``requeued``: taken back without failing it (a lost worker, a resumed run).
 AttemptOutcome = Literal["done", "failed", "cancelled", "requeued"]
+"""How an attempt ended; ``requeued``: taken back without failing it (a lost worker, a resumed run)."""
 ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = get_args(AttemptOutcome)
 
 
@@ -47,15 +47,15 @@ ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = get_args(AttemptOutcome)
 class TaskAttempt:
     """One finished attempt of a task, kept so the detail view can explain a retry."""
 
-    #: The attempt's number; the first is 1.
     attempt: int
+    """The attempt's number; the first is 1."""
     outcome: AttemptOutcome
     at: float
     reason: str = ""
     traceback: str = ""
-    #: The batch that carried it in this run (-1: it never reached a lane, or ran in an earlier run):
-    #: the batch log (engine/state/batch_log.py) tells where and when it ran.
     batch: int = -1
+    """The batch that carried it in this run (-1: it never reached a lane, or ran in an earlier run): the batch log
+    (engine/state/batch_log.py) tells where and when it ran."""
 
 
 @dataclass(slots=True)
@@ -72,8 +72,8 @@ class _Sparse:
 _GROW = 1.5
 
 
-#: Up to this many rows, a move checks them for repeats with a set rather than a sort.
 _SET_CHECK = 4096
+"""Up to this many rows, a move checks them for repeats with a set rather than a sort."""
 
 
 class TaskTable:

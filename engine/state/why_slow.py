@@ -22,12 +22,12 @@ from warpdeck.engine.state.task_story import AttemptStory, seconds_text
 
 __all__ = ["CAUSE_SHARE", "Cause", "explain"]
 
-#: The share of a wait one cause must cover to be named as its cause.
 CAUSE_SHARE = 0.25
-#: Asked what held a task from ``start`` to ``end`` (seconds since the run's start); ``lane``: only
-#: the stalls of batches on that lane count (None: any batch's, and the lanes' waits for a batch).
-#: Answers a phrase ("behind backpressure") or "" when nothing covers ``CAUSE_SHARE`` of the interval.
+"""The share of a wait one cause must cover to be named as its cause."""
 Cause = Callable[[float, float, int | None], str]
+"""Asked what held a task from ``start`` to ``end`` (seconds since the run's start); ``lane``: only the stalls of
+batches on that lane count (None: any batch's, and the lanes' waits for a batch). Answers a phrase ("behind
+backpressure") or "" when nothing covers ``CAUSE_SHARE`` of the interval."""
 
 
 def explain(attempts: Sequence[AttemptStory], cause: Cause, now_s: float) -> str:

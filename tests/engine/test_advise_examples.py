@@ -21,13 +21,13 @@ import pytest
 from warpdeck.engine.api import Engine, advise, load_spec, with_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-#: How long the run that checks a prediction lasts, at the predicted rate, and its fewest batches:
-#: ``steady_tasks_s`` counts from the first batch done, when the ring already holds the next ones,
-#: which a short run of large batches would pass for speed.
 CHECK_S = 4.0
+"""How long the run that checks a prediction lasts, at the predicted rate, and its fewest batches: ``steady_tasks_s``
+counts from the first batch done, when the ring already holds the next ones, which a short run of large batches would
+pass for speed."""
 MIN_BATCHES = 16
-#: How far a run of the plan may land from the prediction, as a ratio either way.
 FACTOR = 2.0
+"""How far a run of the plan may land from the prediction, as a ratio either way."""
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from warpdeck.engine.api import ExitStatus
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"
-#: argparse's own; every parser has it, and cli.md says so once.
 _ARGPARSE_HELP = frozenset({"-h", "--help"})
+"""argparse's own; every parser has it, and cli.md says so once."""
 _FENCE = re.compile(r"^```.*?^```[^\n]*$", re.MULTILINE | re.DOTALL)
 _OPTION = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
 

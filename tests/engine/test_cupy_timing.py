@@ -25,9 +25,9 @@ from warpdeck.engine.state.task_states import RUN_PHASES
 _NO_DEVICE = cupy_unavailable_reason()
 needs_device = pytest.mark.skipif(_NO_DEVICE is not None, reason=f"no GPU: {_NO_DEVICE}")
 
-#: How late a device time may map onto the host clock: the lane's reference event is read just
-#: after a synchronisation, which takes microseconds.
 _REFERENCE_SLACK_S = 1e-3
+"""How late a device time may map onto the host clock: the lane's reference event is read just after a synchronisation,
+which takes microseconds."""
 
 
 def test_numpy_times_every_phase_on_the_host() -> None:

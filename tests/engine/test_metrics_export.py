@@ -43,8 +43,8 @@ from warpdeck.engine.state.snapshot import ControlView
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-#: The tasks' input: 32 float32 (128 bytes); their output: 32 float64 (256 bytes).
 IN_BYTES, OUT_BYTES = 128, 256
+"""The tasks' input: 32 float32 (128 bytes); their output: 32 float64 (256 bytes)."""
 
 
 def _spec(count: int, stage: str = "wd_stages:sleep_100ms") -> object:

@@ -36,8 +36,8 @@ IN = 64  # float32 values per input; each output is SPREAD times as many (wd_sta
 ROW = IN * 256  # float32 values per output: 64 KiB
 BATCH = 4
 STOPS = 20
-#: Batches a run may still have in flight when its outputs show it near the end (slots and sink threads).
 _LAST_BATCHES = 8
+"""Batches a run may still have in flight when its outputs show it near the end (slots and sink threads)."""
 SEED = 20261127
 
 SPEC = """

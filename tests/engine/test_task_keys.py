@@ -29,8 +29,8 @@ from warpdeck.engine.api import (
 from warpdeck.engine.edges.journal import JOURNAL_NAME
 from warpdeck.engine.state.task_states import State
 
-#: Small watermarks: of 400 tasks only the first few dozen are admitted while the run is paused.
 WATERMARKS = {"low_watermark": 8, "high_watermark": 16}
+"""Small watermarks: of 400 tasks only the first few dozen are admitted while the run is paused."""
 
 
 def _spec(count: int = 400, stages: tuple[str, ...] = ("wd_stages:sleep_2ms",), **kw: object):

@@ -32,8 +32,8 @@ from warpdeck.engine.state.tasks import TaskTable
 from warpdeck.engine.state.why_slow import explain
 
 PHASES = ["fill", "h2d", "compute", "d2h", "sink"]
-#: Phase times are kept as float32 offsets from the batch's formation: microseconds over a short run.
 CLOCK_EPS = 1e-4
+"""Phase times are kept as float32 offsets from the batch's formation: microseconds over a short run."""
 
 
 def _arrays(n: int, poison_at: set[int] = frozenset()) -> list[tuple[str, np.ndarray]]:

@@ -47,12 +47,12 @@ from warpdeck.engine.state.task_states import RUN_PHASES
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PHASES = [p.label for p in RUN_PHASES]
-#: Every phase the format defines (duration, complete, instant, counter, async, flow, sample,
-#: object, metadata, memory dump, mark, clock sync, context).
 KNOWN_PH = set("BEXiICbneSTpFsftPNODMVvRc()")
-#: The metadata names the format documents, with the arg each one carries.
+"""Every phase the format defines (duration, complete, instant, counter, async, flow, sample, object, metadata, memory
+dump, mark, clock sync, context)."""
 META_ARGS = {"process_name": "name", "process_labels": "labels", "process_sort_index": "sort_index",
              "thread_name": "name", "thread_sort_index": "sort_index"}
+"""The metadata names the format documents, with the arg each one carries."""
 
 
 def _number(x: object) -> bool:

@@ -20,8 +20,8 @@ import pytest
 _HERE = Path(__file__).parent
 SUPPORT = _HERE.parent / "support"
 
-#: Which Ray this driver is connected to now: "local", "nodes" or "" (none).
 _CONNECTED = {"to": ""}
+"""Which Ray this driver is connected to now: "local", "nodes" or "" (none)."""
 
 
 def _import_ray() -> ModuleType:
@@ -90,10 +90,10 @@ def ray_cluster(_ray_session: ModuleType) -> ModuleType:
     return ray
 
 
-#: GCS health checks fast enough that a node killed outright is declared dead in about a second
-#: (Ray's defaults take tens of seconds), so its actors restart within a test's patience.
 _FAST_HEALTH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300, "health_check_timeout_ms": 300,
                 "health_check_failure_threshold": 3}
+"""GCS health checks fast enough that a node killed outright is declared dead in about a second (Ray's defaults take
+tens of seconds), so its actors restart within a test's patience."""
 
 
 @dataclass

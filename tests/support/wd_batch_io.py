@@ -17,12 +17,12 @@ import numpy as np
 
 from warpdeck.engine.edges.input_errors import InputError
 
-#: Every batch a recording writer or loader was handed, in the engine's process: its keys and values.
 WRITES: list[tuple[tuple[str, ...], np.ndarray]] = []
+"""Every batch a recording writer or loader was handed, in the engine's process: its keys and values."""
 LOADS: list[tuple[int, ...]] = []
 _LOCK = threading.Lock()
-#: The item whose batch ``load_batch_raising`` refuses, and the key whose batch ``write_batch_failing`` refuses.
 BAD = 7
+"""The item whose batch ``load_batch_raising`` refuses, and the key whose batch ``write_batch_failing`` refuses."""
 BAD_KEY = "t00007"
 
 

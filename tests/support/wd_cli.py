@@ -11,10 +11,10 @@ from pathlib import Path
 
 __all__ = ["COMMAND", "SUPPORT", "cli_env", "warpdeck"]
 
-#: This folder: the test stages (``wd_stages:double``) a spec names.
 SUPPORT = Path(__file__).resolve().parent
-#: The command, before its arguments.
+"""This folder: the test stages (``wd_stages:double``) a spec names."""
 COMMAND = (sys.executable, "-m", "warpdeck.cli")
+"""The command, before its arguments."""
 
 
 def cli_env(columns: int | None = None, *, support: bool = True) -> dict[str, str]:

@@ -17,8 +17,8 @@ import numpy as np
 
 from warpdeck.engine.edges.input_errors import InputError
 
-#: Items every list below yields, keyed ``t00000`` on; their handle is their index.
 COUNT = int(os.environ.get("WD_FILL_COUNT", "320"))
+"""Items every list below yields, keyed ``t00000`` on; their handle is their index."""
 
 
 def items() -> Iterator[tuple[str, int]]:

@@ -26,8 +26,8 @@ from warpdeck.engine.control.wire import Birth, Death, Heartbeat, SignedCommand,
 from warpdeck.engine.control.worker_auth import sign_worker
 from warpdeck.engine.state.commands import COMMAND_ADAPTER, Cancel, Command, Drain, Pause, Quarantine
 
-#: The engine's secret (what the operator signs with), and one an attacker guessed.
 SECRET = b"hostile-flood-secret-0123456789"
+"""The engine's secret (what the operator signs with), and one an attacker guessed."""
 OTHER = b"a guessed secret, long enough 42"
 
 
@@ -81,9 +81,9 @@ def signed(secret: bytes, cmd: Command, ts: float, rng: random.Random) -> bytes:
 
 
 NONFINITE = ("NaN", "Infinity", "-Infinity", "1e999")
-#: Topic levels no id may be (Mosquitto itself refuses control characters in a topic).
 ODD_TOPIC_IDS = ("ghost 1", "gh\u00f6st", "gh\u200bost", "-lead", ".dot", "_under", "x" * 129, "\U0001f608",
                  "a$b", "a%2Fb", "a'b", 'a"b', "a\\b", "ghost;1", "ghost\u00a0")
+"""Topic levels no id may be (Mosquitto itself refuses control characters in a topic)."""
 ODD_BODY_IDS = (*ODD_TOPIC_IDS, "", "a/b", "+", "#", "ghost\n", "../../x", "ghost\x00")
 
 
@@ -221,10 +221,10 @@ WORKERS: dict[str, tuple[str, WorkerMaker]] = {
     "oversized": ("oversized", lambda rng, k: (_ghost(rng), "hb", b'{"kind":"hb","pad":"' + b"A" * 70_000 + b'"}')),
     "deep": ("malformed", lambda rng, k: (_ghost(rng), _which(rng), b"[" * 3000 + b"]" * 3000)),
 }
-#: How often each kind comes: mostly the cheap ones, a little of the large; more of what aims at the
-#: live worker and of replays.
 WEIGHTS = {**dict.fromkeys([*COMMANDS, *WORKERS], 4), "cmd_oversized": 1, "oversized": 1, "cmd_replayed": 6,
            "hb_replayed": 6, "death_at_live_epoch": 8, "future_epoch": 6}
+"""How often each kind comes: mostly the cheap ones, a little of the large; more of what aims at the live worker and of
+replays."""
 
 
 def make_flood(rng: random.Random, n: int, k: Known) -> list[Hostile]:

@@ -23,8 +23,8 @@ import pytest
 
 from warpdeck.engine.control.broker import free_port
 
-#: One answer of an instant query: each series' labels and value.
 Samples = list[tuple[dict[str, str], float]]
+"""One answer of an instant query: each series' labels and value."""
 
 
 def tool(name: str) -> str:

@@ -13,8 +13,8 @@ from textual.app import App
 
 from warpdeck.tui.fit import ELLIPSIS, count_forms
 
-#: What separates the parts of a status, figures or timeline header line.
 PART_SEPARATORS = re.compile(r"\s{2,}|\s*│\s*|\s·\s")
+"""What separates the parts of a status, figures or timeline header line."""
 _NUMBER = re.compile(r"^[✗⊘]?([\d,]+(?:\.\d+)?[kMGTP]?)(?:/([\d,]+(?:\.\d+)?[kMGTP]?))?$")
 
 

@@ -40,8 +40,8 @@ def _row_sum_spec(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[i
 row_sum.out_spec = _row_sum_spec  # type: ignore[attr-defined]
 
 
-#: How many times ``spread`` repeats each input row.
 SPREAD = 256
+"""How many times ``spread`` repeats each input row."""
 
 
 def spread(xp: Any, inp: Any, out: Any) -> None:
@@ -154,8 +154,8 @@ def nan_at_poison(xp: Any, inp: Any, out: Any) -> None:
     out[inp == -POISON] = xp.inf
 
 
-#: Lanes whose compute blocks in ``hold_lanes`` until ``RELEASE_LANES`` is set (fault injection).
 HELD_LANES: set[int] = set()
+"""Lanes whose compute blocks in ``hold_lanes`` until ``RELEASE_LANES`` is set (fault injection)."""
 RELEASE_LANES = threading.Event()
 
 
@@ -186,8 +186,8 @@ def slow_double_40ms(xp: Any, inp: Any, out: Any) -> None:
     xp.add(out, 1, out=out)
 
 
-#: While set, ``refusing_disk`` fails every write with ENOSPC, as a full disk would (fault injection).
 DISK_FULL = threading.Event()
+"""While set, ``refusing_disk`` fails every write with ENOSPC, as a full disk would (fault injection)."""
 
 
 def refusing_disk(key: str, out: Any) -> None:

@@ -53,13 +53,12 @@ __all__ = ["SyntheticRun"]
 
 _STEPS = 6
 _PHASES: tuple[PhaseName, ...] = tuple(p.label for p in Phase if p)
-#: Per phase: where it starts in a batch's slot and its mean length, in periods. Compute is the
-#: bottleneck; each phase ends before the next one starts, and before the same phase of the next
-#: batch, even at the longest jitter (x1.05).
 _START = np.array([0.0, 0.6, 0.9, 1.87, 2.15])
+"""Per phase: where it starts in a batch's slot and its mean length, in periods. Compute is the bottleneck; each phase
+ends before the next one starts, and before the same phase of the next batch, even at the longest jitter (x1.05)."""
 _SHARE = np.array([0.55, 0.25, 0.92, 0.25, 0.40])
-#: Where a stall holds a task, by reason (0: queued; otherwise the running phase).
 _STALL_AT = np.array([0, 0, 0, Phase.D2H, Phase.COMPUTE, Phase.COMPUTE], np.int64)
+"""Where a stall holds a task, by reason (0: queued; otherwise the running phase)."""
 _NOTES = ("", "source starved: input not ready", "paused by the operator", "sink full: output cannot move",
           "worker gpu-c/cuda:1 stopped heartbeating", "compute exceeded its 30 s deadline")
 _TASK_BYTES = 3 * 224 * 224

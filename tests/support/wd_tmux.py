@@ -15,9 +15,9 @@ import pytest
 
 __all__ = ["TMUX_MARK", "Pane"]
 
-#: Skips a test where tmux is missing, except in CI, which must have it.
 TMUX_MARK = pytest.mark.skipif(shutil.which("tmux") is None and os.environ.get("CI") != "true",
                                reason="tmux is not installed")
+"""Skips a test where tmux is missing, except in CI, which must have it."""
 
 
 class Pane:

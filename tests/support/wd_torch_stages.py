@@ -12,16 +12,16 @@ from torch import nn
 
 from warpdeck.engine.api import torch_stage
 
-#: Per-task input of the small model: one 8x8 channel; its output: 10 scores.
 IN_SHAPE = (1, 8, 8)
+"""Per-task input of the small model: one 8x8 channel; its output: 10 scores."""
 OUT_SHAPE = (10,)
 
-#: The compute thread of every ``make_model`` call (one per lane, never per batch).
 FACTORY_CALLS: list[str] = []
-#: Per torch-stage call: (inp.data_ptr(), out.data_ptr(), inference mode on, compute thread).
+"""The compute thread of every ``make_model`` call (one per lane, never per batch)."""
 TORCH_SEEN: list[tuple[int, int, bool, str]] = []
-#: Per ``np_addresses`` call: (input address, output address) of the NumPy views.
+"""Per torch-stage call: (inp.data_ptr(), out.data_ptr(), inference mode on, compute thread)."""
 NP_SEEN: list[tuple[int, int]] = []
+"""Per ``np_addresses`` call: (input address, output address) of the NumPy views."""
 
 
 def _seeded(module: nn.Module, seed: int) -> nn.Module:
@@ -80,6 +80,6 @@ def _flat_spec(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int,
     return (3,), "float32"
 
 
-#: The adapter over an nn.Sequential; its output declared through ``out_spec``.
 SEQUENTIAL = _seeded(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), seed=11)
+"""The adapter over an nn.Sequential; its output declared through ``out_spec``."""
 adapted = torch_stage(SEQUENTIAL, out_spec=_flat_spec)

@@ -26,7 +26,6 @@ def bar_error(app: WarpdeckApp) -> str:
     return str(app.screen.query_one("#prompt-error").render())
 
 
-#: (what is typed after ':', what the answer says: in a notification, or in the prompt's error line).
 ANSWERS = [
     ("worker nope", "no worker 'nope'"),
     ("worker", "worker ID: takes one word"),
@@ -48,6 +47,7 @@ ANSWERS = [
     ("quarantine nope", "no worker 'nope'"),
     ("release nope", "no worker 'nope'"),
 ]
+"""(what is typed after ':', what the answer says: in a notification, or in the prompt's error line)."""
 
 
 async def test_every_verb_answers_and_the_run_goes_on(tmp_path: Path) -> None:

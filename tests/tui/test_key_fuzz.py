@@ -30,13 +30,13 @@ from warpdeck.tui.widgets.task_list import TaskList
 SEED = 20261123
 STEPS = 160
 
-#: Every key the control room binds (less y), navigation, and keys it does not bind at all.
 KEYS = [*"123?pdxXrR+-u/:fFtqhljkgGszb[]Z0", "tab", "shift+tab", "escape", "left", "right", "up", "down",
         "pageup", "pagedown", "home", "end", "ctrl+q", "ctrl+c", "backspace", "delete", "f1", "ctrl+x"]
-#: Keys that may open a dialog: a burst with one of them holds no enter or space.
+"""Every key the control room binds (less y), navigation, and keys it does not bind at all."""
 ASKS = {"d", "x", "X", "q", "z", "ctrl+q", "ctrl+c", ":"}
-#: What may be typed into a prompt: printable characters, many of them board keys.
+"""Keys that may open a dialog: a burst with one of them holds no enter or space."""
 TEXT = "abcdefghijklmnopqrstuvwxz0123456789 -+:/?!._[]()*^$@#"
+"""What may be typed into a prompt: printable characters, many of them board keys."""
 
 
 def key(name: str) -> events.Key:
@@ -107,13 +107,13 @@ async def test_key_fuzz(tmp_path: Path, size: tuple[int, int]) -> None:
     assert keys > 1000
 
 
-#: Commands a burst is made of: each with the command it sends, or None for one that asks first.
-#: Pause and resume answer from the room where the run is already so (``already paused``), and the
-#: room may not know yet: they are sent or not, but never out of order.
 _BURST_VERBS: list[tuple[str, Any]] = [
     ("pause", Pause()), ("resume", Resume()), ("retry", RetryFailed()), ("depth {n}", "depth"),
     ("cancel {key}", None), ("drain", None), ("cancel-all", None),
 ]
+"""Commands a burst is made of: each with the command it sends, or None for one that asks first. Pause and resume answer
+from the room where the run is already so (``already paused``), and the room may not know yet: they are sent or not, but
+never out of order."""
 
 
 def _in_order(sent: list[Any], typed: list[Any]) -> bool:

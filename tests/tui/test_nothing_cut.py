@@ -31,8 +31,8 @@ from warpdeck.tui.widgets.worker_table import worker_cells
 
 SIZES = [(80, 24), (120, 40), (200, 50)]
 WIDE = (200, 50)
-#: An id on screen: whole (``syn-`` and digits) or shortened around an ellipsis.
 ID = re.compile(r"[\w-]*…[\w-]*|syn-\d+")
+"""An id on screen: whole (``syn-`` and digits) or shortened around an ellipsis."""
 
 
 @functools.cache

@@ -25,9 +25,9 @@ from warpdeck.tui.widgets.prompt_bar import PromptBar
 
 LONG = "k" * 10_000
 
-#: What is typed after ':' with a 10,000-character word in it; each is answered in a notification.
 TYPED = [f"detail {LONG}", f"cancel {LONG}", f"worker {LONG}", f"theme {LONG}", f"screen {LONG}",
          f"filter {LONG}", f"filter state:{LONG}", f"retry {LONG}", f"quarantine {LONG}"]
+"""What is typed after ':' with a 10,000-character word in it; each is answered in a notification."""
 
 
 @pytest.mark.parametrize("typed", TYPED, ids=lambda t: t.split()[0] + (" state:" if "state:" in t else ""))

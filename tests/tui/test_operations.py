@@ -27,9 +27,9 @@ from warpdeck.tui.screens.timeline import TimelineScreen
 from warpdeck.tui.screens.workers import WorkersScreen
 from warpdeck.tui.widgets.task_list import TaskList
 
-#: The class whose actions each scope's keys run.
 HOSTS: dict[str, type[DOMNode]] = {"app": WarpdeckApp, "board": BoardScreen, "list": TaskList,
                                    "workers": WorkersScreen, "timeline": TimelineScreen}
+"""The class whose actions each scope's keys run."""
 TUI = Path(__file__).parents[2] / "tui"
 NAMES = {op.name for op in OPERATIONS} | set(VERBS)
 ACTIONS = {op.name for op in OPERATIONS if op.keys}

@@ -19,8 +19,8 @@ from warpdeck.engine.control.wire import encode
 from warpdeck.tui.attach import replay_link
 from warpdeck.tui.messages import SnapshotArrived, StreamEnded
 
-#: Narrow, so a message that Rich wrapped would come out on two lines.
 COLUMNS = 60
+"""Narrow, so a message that Rich wrapped would come out on two lines."""
 
 
 def _recording(frames: int) -> bytes:

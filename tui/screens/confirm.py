@@ -45,11 +45,11 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
         self.type_to_confirm = type_to_confirm
         self._describe = describe
-        #: When it was put on screen (mounted: drawn within the frame; ``time.monotonic``, the clock of
-        #: a key's ``time``): only keys typed since can answer it (``tui/keygate.py``). None until then.
-        #: Not at its first refresh's callback: on a busy loop that ran after the terminal showed it,
-        #: and a key typed by someone who had read the question was set aside.
         self.shown_at: float | None = None
+        """When it was put on screen (mounted: drawn within the frame; ``time.monotonic``, the clock of a key's
+        ``time``): only keys typed since can answer it (``tui/keygate.py``). None until then. Not at its first refresh's
+        callback: on a busy loop that ran after the terminal showed it, and a key typed by someone who had read the
+        question was set aside."""
 
     def compose(self) -> ComposeResult:
         with Vertical():

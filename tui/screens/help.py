@@ -25,7 +25,6 @@ from warpdeck.tui.keymap import KEYS, Key, reading_bindings
 
 __all__ = ["GLOSSARY", "HelpScreen", "glyph_table", "help_table", "verb_table"]
 
-#: The short words of the figures strip, the timeline and the workers screen, in full.
 GLOSSARY: tuple[tuple[str, str], ...] = (
     ("tasks/s", "tasks finished per second, recent (avg: over the whole run, once it is over)"),
     ("p50 p99", "task latency, admission to done: the median and the 99th percentile"),
@@ -41,6 +40,7 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("phi", "how unlikely the silence since a worker's last heartbeat is (about 8: convicted)"),
     ("heartbeat", "age of a worker's last heartbeat (in process: the engine's own worker)"),
 )
+"""The short words of the figures strip, the timeline and the workers screen, in full."""
 
 
 def help_table() -> Table:

@@ -112,8 +112,8 @@ class WorkersScreen(MainScreen):
     WorkersScreen #host-pools { height: auto; }
     """
 
-    #: Worker changes listed under the summaries, newest last (all of them are in ``app.worker_log``).
     LOG_LINES = 5
+    """Worker changes listed under the summaries, newest last (all of them are in ``app.worker_log``)."""
 
     def __init__(self) -> None:
         super().__init__(name="workers")

@@ -26,8 +26,8 @@ __all__ = ["FiguresStrip", "sparkline"]
 _BARS = " ▁▂▃▄▅▆▇█"
 _PHASES = ("fill", "h2d", "compute", "d2h", "sink")
 _GAP = "  "
-#: Where the figures this strip drops for want of room are shown in full.
 _TIMELINE = "3 timeline"
+"""Where the figures this strip drops for want of room are shown in full."""
 
 
 def sparkline(values: list[float], width: int) -> str:

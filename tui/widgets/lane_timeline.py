@@ -32,8 +32,8 @@ from warpdeck.tui.fit import Part, fit_parts
 __all__ = ["ZOOMS", "LaneTimeline", "coverage"]
 
 PHASES = ("fill", "h2d", "compute", "d2h", "sink")
-#: Window lengths in seconds, shortest first.
 ZOOMS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+"""Window lengths in seconds, shortest first."""
 _LEVELS = " ▁▂▃▄▅▆▇█"
 _GLYPHS = np.array(list("·" + _LEVELS[1:]))  # 0: idle, 1..8: busy eighths
 _LABEL = 15  # "  compute  86% ": the phase and how busy it was over the run

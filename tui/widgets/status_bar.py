@@ -24,8 +24,8 @@ __all__ = ["StatusBar", "run_state"]
 
 _SCREENS = (("board", "1 Board"), ("workers", "2 Workers"), ("timeline", "3 Timeline"))
 _GAP = "  "
-#: The glyph of each status a run ends in.
 _ENDED: dict[EngineStatus, str] = {"finished": "✓", "drained": "✓", "cancelled": "⊘", "stopped": "■"}
+"""The glyph of each status a run ends in."""
 
 
 def run_state(snap: EngineSnapshot) -> tuple[str, str]:

@@ -57,8 +57,8 @@ __all__ = ["TaskList"]
 _STATE_NAMES: dict[int, StateName] = {int(s): s.label for s in State}
 _PHASE_NAMES: dict[int, PhaseName] = {int(p): p.label for p in Phase if p}
 _STALL_NAMES: dict[int, StallName] = {int(r): r.label for r in StallReason if r}
-#: Badge styles (``Badge.style``: each takes its colour from the theme's ``$wd-<style>``) that are bold.
 _BOLD = frozenset({"failed"})
+"""Badge styles (``Badge.style``: each takes its colour from the theme's ``$wd-<style>``) that are bold."""
 
 
 class TaskList(ScrollView, can_focus=True):

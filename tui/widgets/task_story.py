@@ -28,8 +28,8 @@ from warpdeck.tui.glyphs import STALL_BADGES, STATE_GLYPHS
 
 __all__ = ["WIDE", "TaskStory", "render_story"]
 
-#: From this many cells on, the attempts are one table (else two narrower ones).
 WIDE = 100
+"""From this many cells on, the attempts are one table (else two narrower ones)."""
 _PHASES: tuple[PhaseName, ...] = ("fill", "h2d", "compute", "d2h", "sink")
 _NONE = "—"
 

@@ -25,20 +25,20 @@ from warpdeck.tui.glyphs import WORKER_GLYPHS
 
 __all__ = ["COLUMNS", "WorkerTable", "worker_cells"]
 
-#: (column key, title); sorting cycles through these.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "worker"), ("state", "state"), ("age", "heartbeat"), ("phi", "phi"), ("lanes", "lanes busy"),
     ("progress", "batches"), ("util", "util"), ("mem", "memory"), ("heat", "temp · power"), ("done", "done"),
     ("failed", "failed"), ("host", "host · pid"), ("device", "device"),
 )
-#: Which columns stay when not all fit (0 stays longest).
+"""(column key, title); sorting cycles through these."""
 _RANK = {"id": 0, "state": 0, "done": 1, "failed": 1, "age": 2, "lanes": 2, "progress": 3, "phi": 3, "util": 4,
          "mem": 4, "heat": 5, "device": 5, "host": 6}
+"""Which columns stay when not all fit (0 stays longest)."""
 _MORE = "more"  # the key of the ``…`` column that says columns were left out
 
 
-#: The cells a room that no longer hears its engine cannot vouch for: they change while it runs.
 _LIVE = ("age", "phi", "util", "mem", "heat")
+"""The cells a room that no longer hears its engine cannot vouch for: they change while it runs."""
 
 
 def worker_cells(w: WorkerView, unheard: str | None = None) -> dict[str, str]:
