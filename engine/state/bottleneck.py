@@ -5,7 +5,9 @@ The decisions this module protects:
   answer names one phase, its time per batch and its threads, the device's busy share, and one
   action that fits why the phase cannot go faster: the tuner is still adding threads; the phase
   is at its thread cap, the CPU budget or does not speed up with threads (CPU- or GIL-bound);
-  the count is pinned in the spec; or the device itself is the bound.
+  the count is pinned in the spec; or the device itself is the bound, said only when it is busy
+  at least 90 % of the time (issue 31): a device that is the slowest phase but idles more is
+  held by what the run measured it waiting for (inputs, the sink) or by the engine's own loop.
 - How many threads a host phase could have (``HostThreads``) is the tuner's knowledge; the
   figures only read it, so this module imports nothing of the run.
 """
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["HostThreads", "ThreadCap", "describe_bottleneck", "more_lanes_words"]
+__all__ = ["DEVICE_BOUND", "DeviceWaits", "HostThreads", "ThreadCap", "describe_bottleneck", "more_lanes_words"]
 
 _NO_GAIN = 1.05
 """Below this speedup more lanes are not worth offering."""
@@ -52,14 +54,47 @@ _ADVICE: dict[ThreadCap, str] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceWaits:
+    """What the device waited for over the run: the seconds its batches were stalled for inputs
+    (``memory``) and for room in the sink (``backpressure``), and the engine loop's own time per
+    batch, to say what keeps a device that is the slowest phase from being busy."""
+
+    memory_s: float
+    backpressure_s: float
+    loop_ms_per_batch: float
+
+
+DEVICE_BOUND = 0.9
+"""Below this busy share a device is not "the bound": something the run measured kept it waiting."""
+_WAITED_S = 0.01
+"""Stalls shorter than this over a whole run are noise, not a cause."""
+
+
+def _idle_words(waits: DeviceWaits | None) -> str:
+    if waits is None:
+        return "not the device alone"
+    if waits.memory_s >= max(waits.backpressure_s, _WAITED_S):
+        return (f"it waited {waits.memory_s:.1f} s for inputs (the tuner adding fill threads or slots, "
+                "or loads slower at times than compute)")
+    if waits.backpressure_s >= _WAITED_S:
+        return f"it waited {waits.backpressure_s:.1f} s for the sink to free an output slot"
+    return (f"the gaps between batches are the engine's own (its loop: {waits.loop_ms_per_batch:.2g} ms per batch): "
+            "larger batches")
+
+
 def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | None, device_busy: float,
-                        cores: float, memory_stall: bool = False) -> str:
+                        cores: float, memory_stall: bool = False, waits: DeviceWaits | None = None) -> str:
     """One line: the bottleneck, the device's busy share and what to do. ``threads`` is None for a
-    device phase (h2d, compute, d2h: one ordered stream each)."""
+    device phase (h2d, compute, d2h: one ordered stream each). Compute is "the bound" only with the
+    device busy at least ``DEVICE_BOUND``; below, the line says what it waited for (``waits``)."""
     busy = f"device busy {device_busy:.0%}"
     if phase == "compute":
-        return (f"bottleneck: compute {ms_per_batch:.3g} ms/batch; {busy}: the device is the bound "
-                "(a faster stage or another device)")
+        if device_busy >= DEVICE_BOUND:
+            return (f"bottleneck: compute {ms_per_batch:.3g} ms/batch; {busy}: the device is the bound "
+                    "(a faster stage or another device)")
+        under = f"under {DEVICE_BOUND:.0%}"
+        return f"bottleneck: compute {ms_per_batch:.3g} ms/batch; {busy}, {under}: {_idle_words(waits)}"
     if threads is None:
         return (f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch; {busy}: copies are the bound "
                 "(larger batches, or pinned memory on a GPU)")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck
+from warpdeck.engine.state.bottleneck import DEVICE_BOUND, DeviceWaits, HostThreads, describe_bottleneck
 from warpdeck.engine.state.read_only import LaneFigures, NamedFigures, read_only_by_lane, set_read_only
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
@@ -39,9 +39,6 @@ _COMPUTE = Phase.COMPUTE - 1
 _HOST = {Phase.FILL - 1: 0, Phase.SINK - 1: 1}
 _BURNS = 0.3
 """A host phase whose CPU time is at least this share of its busy time burns CPU: cores cap it."""
-DEVICE_SATURATED = 0.9
-"""Device busy at which the device is the bottleneck, whatever the phases' capacities say (they are estimates; a device
-busy this much of the time has no room left for a faster host)."""
 _MERGE_EVERY = 256
 """Compute intervals kept unmerged before a merge (a reading merges them too)."""
 LaneThreads = Mapping[int, tuple[HostThreads, HostThreads]]
@@ -304,7 +301,9 @@ class MetricsAccumulator:
         bound and no one phase needs most of it), and its sentence."""
         if not caps_now:
             return "", ""
-        if device_busy >= DEVICE_SATURATED:  # nothing else can hold back a device this busy
+        if device_busy >= DEVICE_BOUND:
+            # Nothing else can hold back a device this busy (the phases' capacities are estimates:
+            # a device busy this much of the time has no room left for a faster host).
             return "compute", describe_bottleneck("compute", float(means[_COMPUTE]) * 1e3, None, device_busy, cores)
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
@@ -319,8 +318,10 @@ class MetricsAccumulator:
             ht = first[_HOST[i]] if first is not None else HostThreads(1, 1, "pinned")
             if i == burning and cpu_cap <= caps_now[i] * (1 + 1e-9) and ht.why in ("tuned", "saturated"):
                 ht = HostThreads(ht.now, ht.now, "cpu", ht.processes)  # the cores, not the threads, hold it
+        waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
+                            self.serial_s / self.batches * 1e3 if self.batches else 0.0)
         text = describe_bottleneck(_PHASE_NAMES[i], float(means[i]) * 1e3, ht, device_busy, cores,
-                                   self.stall_s.get("memory", 0.0) > 0)
+                                   self.stall_s.get("memory", 0.0) > 0, waits)
         return _PHASE_NAMES[i], text
 
     def _bound(self, threads: LaneThreads, cores: float) -> tuple[float, dict[int, float], float]:

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from warpdeck.engine.api import BatchRecord, HostThreads, more_lanes_words
+from warpdeck.engine.api import BatchRecord, HostThreads, StallReason, more_lanes_words
 from warpdeck.engine.state.metrics import MetricsAccumulator
 
 _NONE = (0.0, 0.0)
@@ -181,3 +181,28 @@ def test_a_gil_bound_fill_is_offered_processes_and_a_fill_in_processes_says_so()
     assert "on 2 processes" in in_processes and "fill_pool" not in in_processes
     sink = describe_bottleneck("sink", 40.0, HostThreads(3, 3, "saturated"), 0.4, 2.0)
     assert "fill_pool" not in sink
+
+
+def _gappy(acc: MetricsAccumulator, n: int = 60) -> None:
+    """Compute (10 ms) is the slowest phase, yet runs only every 20 ms: the device busy half the time."""
+    for i in range(n):
+        t = 1.0 + 0.02 * i
+        acc.add(_rec(i, 0, (t, t + 0.005), (t + 0.005, t + 0.015), (t + 0.015, t + 0.0151)))
+
+
+@pytest.mark.parametrize(("stall", "seconds", "words"), [
+    ("memory", 0.5, "it waited 0.5 s for inputs"),
+    ("backpressure", 0.4, "it waited 0.4 s for the sink to free an output slot"),
+    (None, 0.0, "the gaps between batches are the engine's own"),
+])
+def test_a_device_busy_under_90_percent_is_never_called_the_bound(stall: str | None, seconds: float,
+                                                                   words: str) -> None:
+    # Issue 31, item 7: a run kept the device 67-71 % busy and said "the device is the bound".
+    acc = MetricsAccumulator(lanes=1)
+    _gappy(acc)
+    if stall is not None:
+        acc.add_stall(StallReason[stall.upper()], seconds)
+    f = _figures(acc, {0: (HostThreads(1, 1, "pinned"), HostThreads(1, 1, "pinned"))})
+    assert f.device_busy < 0.9 and f.bottleneck_phase == "compute"
+    assert "the device is the bound" not in f.bottleneck
+    assert "under 90%" in f.bottleneck and words in f.bottleneck, f.bottleneck
