@@ -1,7 +1,9 @@
 """kill -9 at 20 seeded random moments, resume after each: nothing lost, nothing written twice.
 
-Run twice: with one loading and one writing thread per lane, and with three of each (issue 16:
-parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones).
+Run three times: with one loading and one writing thread per lane, with three of each (issue 16:
+parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones), and
+with the fill in worker processes (issue 31: a user's load function, ``[host] fill_pool``; each kill
+leaves the workers to end by themselves and their shared memory to the next start).
 And on a Parquet sink (issue 18): one part file per batch, so at the end every key is a row of
 exactly one part file, each part file renamed into place once, with the reference's values (stops
 by SIGTERM and SIGINT, on every sink: test_stop_resume.py).
@@ -39,12 +41,7 @@ name = "crash"
 backend = "numpy"
 batch_size = 4
 lanes = 2
-[source]
-kind = "synthetic"
-count = {n}
-shape = [64]
-dtype = "float32"
-seed = 11
+{source}
 [sink]
 kind = "{sink}"
 path = "{out}"
@@ -52,7 +49,12 @@ path = "{out}"
 fn = "wd_stages:slow_double"
 {host}"""
 
-HOSTS = {"one thread": "", "parallel": "[host]\nfill_workers = 3\nsink_workers = 3\n"}
+HOSTS = {"one thread": "", "parallel": "[host]\nfill_workers = 3\nsink_workers = 3\n",
+         "processes": '[host]\nfill_pool = "processes"\nfill_workers = 2\nsink_workers = 2\n'}
+SYNTHETIC = '[source]\nkind = "synthetic"\ncount = {n}\nshape = [64]\ndtype = "float32"\nseed = 11'
+#: The same tasks and inputs through a user's items and load functions, which may run in processes.
+ITEMS = ('[source]\nkind = "items"\nitems = "wd_fill:items_seeded"\nload = "wd_fill:load_seeded"\n'
+         'shape = [64]\ndtype = "float32"\noptions = {{ count = {n} }}')
 
 
 def _launch(spec: Path, run_dir: Path, report: Path | None = None) -> subprocess.Popen[bytes]:
@@ -67,12 +69,13 @@ def _outputs(out: Path) -> list[str]:
     return [p.name for p in out.iterdir() if not p.name.startswith(".")]
 
 
-def _spec(tmp: Path, name: str, host: str = "", sink: str = "npy_dir") -> tuple[Path, Path, Path]:
+def _spec(tmp: Path, name: str, host: str = "", sink: str = "npy_dir",
+          source: str = SYNTHETIC) -> tuple[Path, Path, Path]:
     run_dir = tmp / name
     out = run_dir / "outputs"
     out.mkdir(parents=True)
     spec = tmp / f"{name}.toml"
-    spec.write_text(SPEC.format(n=N, out=out, host=host, sink=sink))
+    spec.write_text(SPEC.format(n=N, out=out, host=host, sink=sink, source=source.format(n=N)))
     return spec, run_dir, out
 
 
@@ -116,10 +119,11 @@ def _kill_repeatedly(spec: Path, run_dir: Path, out: Path, watch: RenameWatch,
 def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_once(tmp_path: Path,
                                                                                    threads: str) -> None:
     t_start = time.perf_counter()
-    ref_spec, ref_dir, ref_out = _spec(tmp_path, "reference")
+    source = ITEMS if threads == "processes" else SYNTHETIC
+    ref_spec, ref_dir, ref_out = _spec(tmp_path, "reference", source=SYNTHETIC)
     ref = _launch(ref_spec, ref_dir)
 
-    spec, run_dir, out = _spec(tmp_path, "crashed", HOSTS[threads])
+    spec, run_dir, out = _spec(tmp_path, "crashed", HOSTS[threads], source=source)
     watch = RenameWatch(out)
     try:
         landed, moments = _kill_repeatedly(spec, run_dir, out, watch)
@@ -154,8 +158,10 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
     report = json.loads((tmp_path / "final.json").read_text())
     assert report["counts"]["skipped_done"] + report["counts"]["done"] == N
     assert report["resume"]["resumed"] is True
-    if HOSTS[threads]:
+    if threads == "parallel":
         assert report["host_threads"] == {"0": {"fill": 3, "sink": 3}, "1": {"fill": 3, "sink": 3}}
+    if threads == "processes":  # the final run's fills ran in two processes per lane
+        assert {lane: len(workers) for lane, workers in report["host_processes"].items()} == {"0": 2, "1": 2}
     print(f"crash test: {KILLS} kills ({', '.join(moments)}); {done_before_final} outputs before the final run;"
           f" {elapsed:.1f} s in all")
 

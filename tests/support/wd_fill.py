@@ -94,3 +94,16 @@ def items_many() -> Iterator[tuple[str, int]]:
     """2,000 items: enough batches for the tuner to grow a pool and judge it."""
     for i in range(2000):
         yield f"t{i:05d}", i
+
+
+def items_seeded(count: int) -> Iterator[tuple[str, int]]:
+    """``count`` items keyed as the synthetic source keys its tasks (``syn-00000000`` on)."""
+    for i in range(count):
+        yield f"syn-{i:08d}", i
+
+
+def load_seeded(i: int, row: np.ndarray) -> None:
+    """The synthetic source's input of task ``i`` (seed 11): the same data, loaded by a user's function."""
+    from warpdeck.engine.edges.sources import synthetic_values  # only in the loading process
+
+    row[...] = synthetic_values(11, [i], row.shape, row.dtype)[0]
