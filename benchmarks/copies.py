@@ -43,10 +43,10 @@ from warpdeck.engine.backends.numpy_backend import NumpyBackend
 
 SHAPE = (3, 64, 64)
 BATCH = 32
-#: Where each process appends ``what bytes`` lines (set in the environment, inherited by workers).
 _LEDGER = "WD_COPIES_LEDGER"
-#: Threads mode only: the data address of each row a load wrote, per item index.
+"""Where each process appends ``what bytes`` lines (set in the environment, inherited by workers)."""
 _ROWS: dict[int, int] = {}
+"""Threads mode only: the data address of each row a load wrote, per item index."""
 
 
 def _count(what: str, nbytes: int) -> None:

@@ -32,7 +32,7 @@ from warpdeck.engine.hosted import HostedEngine
 from warpdeck.engine.run.torch_stages import torch_stage
 from warpdeck.engine.state.advice import Advice, BackendAdvice
 from warpdeck.engine.state.board_columns import CANCELLED, COLUMN_CODES, DONE, FAILED, NOWHERE, STALLED, column_codes
-from warpdeck.engine.state.bottleneck import HostThreads, describe_bottleneck, more_lanes_words
+from warpdeck.engine.state.bottleneck import DeviceWaits, HostThreads, describe_bottleneck, more_lanes_words
 from warpdeck.engine.state.commands import (
     COMMAND_ADAPTER,
     Cancel,
@@ -126,6 +126,7 @@ __all__ = [
     "ControlView",
     "Counts",
     "DetailState",
+    "DeviceWaits",
     "Drain",
     "Engine",
     "EngineSnapshot",

@@ -52,9 +52,9 @@ fn = "wd_stages:slow_double"
 HOSTS = {"one thread": "", "parallel": "[host]\nfill_workers = 3\nsink_workers = 3\n",
          "processes": '[host]\nfill_pool = "processes"\nfill_workers = 2\nsink_workers = 2\n'}
 SYNTHETIC = '[source]\nkind = "synthetic"\ncount = {n}\nshape = [64]\ndtype = "float32"\nseed = 11'
-#: The same tasks and inputs through a user's items and load functions, which may run in processes.
 ITEMS = ('[source]\nkind = "items"\nitems = "wd_fill:items_seeded"\nload = "wd_fill:load_seeded"\n'
          'shape = [64]\ndtype = "float32"\noptions = {{ count = {n} }}')
+"""The same tasks and inputs through a user's items and load functions, which may run in processes."""
 
 
 def _launch(spec: Path, run_dir: Path, report: Path | None = None) -> subprocess.Popen[bytes]:

@@ -28,6 +28,7 @@ from warpdeck.engine.api import (
     ControlView,
     Counts,
     DetailState,
+    DeviceWaits,
     EngineSnapshot,
     FeederView,
     Figures,
@@ -279,7 +280,9 @@ class SyntheticRun:
             divergence=1, max_divergence=2, serial_fraction=serial, amdahl=amdahl,
             device_busy=busy, device_busy_by_lane={str(lane): occ["compute"] for lane, occ in occupancy.items()},
             bottleneck_phase="compute",
-            bottleneck=describe_bottleneck("compute", float(means[_PHASES.index("compute")]) * 1e3, None, busy, 2.0),
+            # The device waits for inputs as the stalled tasks do: a share of the run that grows with it.
+            bottleneck=describe_bottleneck("compute", float(means[_PHASES.index("compute")]) * 1e3, None, busy, 2.0,
+                                           waits=DeviceWaits(round(0.02 * t, 1), 0.0, 0.6)),
         )
 
     def _workers(self, t: float, c: Counts) -> tuple[WorkerView, ...]:
