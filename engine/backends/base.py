@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from warpdeck.engine.backends.completion import Completion, JobEnd, wait_async
 from warpdeck.engine.backends.host_pool import HostPool
 from warpdeck.engine.backends.shared_memory import SharedArena, SharedBuffer
 from warpdeck.engine.state.task_states import Phase
@@ -86,7 +87,7 @@ class Marker:
     """
 
     phase: Phase
-    future: cf.Future[Any]
+    future: JobEnd
     t0: float = 0.0
     t1: float = 0.0
     device: bool = False
@@ -124,13 +125,41 @@ class Marker:
         """A marker for "the buffer this job used is free again": done when this job is, and
         never failed (a failed job frees its buffer too), so later users of the buffer only
         wait, and do not inherit the failure."""
-        proxy = Marker(self.phase, cf.Future(), device=self.device)
+        proxy = Marker(self.phase, Completion(), device=self.device)
         chain_release(self, proxy)
         return proxy
 
     def failed(self) -> BaseException | None:
         """The job's exception, if it finished with one."""
         return self.future.exception() if self.future.done() else None
+
+    def error(self) -> BaseException | None:
+        """Once ``done``: what ``wait`` would raise (the job's exception, the device's, or
+        ``StreamsClosed`` for a job its stream dropped unrun); None when the work succeeded."""
+        fut = self.future
+        if fut.cancelled():
+            return StreamsClosed(f"{self.phase.name.lower()} was dropped by its stopping stream")
+        exc = fut.exception()
+        if exc is not None:
+            return exc
+        ev = self._event()
+        if ev is not None and ev.landed.done():
+            return ev.landed.exception()
+        return None
+
+    def when_done(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once the marker is ``done``: from the thread that ends the work, or at
+        once if it has ended; for device work, once the device has done it (``landed``). This is
+        how a lane hears its phases end without a waiter per phase (engine/run/lanes.py)."""
+
+        def ran(f: JobEnd) -> None:
+            ev = None if f.cancelled() or f.exception() is not None else self._event()
+            if ev is None:
+                fn()
+            else:
+                ev.landed.add_done_callback(lambda _: fn())
+
+        self.future.add_done_callback(ran)
 
     async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a deadline per marker, not a scope
         """Wait from asyncio without blocking the loop; raises the job's exception, or
@@ -157,29 +186,26 @@ class Marker:
         if not self.t1:
             self.t1 = time.perf_counter()
 
-    async def _shielded(self, fut: cf.Future[Any], timeout: float | None) -> None:  # noqa: ASYNC109
-        """Wait for ``fut`` from asyncio, or raise ``MarkerTimeout`` after ``timeout`` seconds."""
-        inner = asyncio.wrap_future(fut)
-        # Shielded, so a waiter's timeout leaves the work alone; if every waiter is gone when it
-        # fails (a cancelled run), its exception is still retrieved here rather than logged as lost.
-        inner.add_done_callback(_retrieve)
+    async def _shielded(self, fut: JobEnd, timeout: float | None) -> None:  # noqa: ASYNC109
+        """Wait for ``fut`` from asyncio and raise its exception, or raise ``MarkerTimeout`` after
+        ``timeout`` seconds. A waiter's timeout or cancellation leaves the work alone."""
         try:
             # Not ``asyncio.wait_for``: on Python 3.11 it returns the result when a cancellation
             # lands as the work completes, and the cancelled lane then waited forever at shutdown.
             async with asyncio.timeout(timeout):
-                await asyncio.shield(inner)
+                await wait_async(fut)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
-
-
-def _retrieve(f: asyncio.Future[Any]) -> None:
-    if not f.cancelled():
-        f.exception()
+        if fut.cancelled():
+            raise StreamsClosed(f"{self.phase.name.lower()} was dropped by its stopping stream")
+        exc = fut.exception()
+        if exc is not None:
+            raise exc
 
 
 def pending_marker(phase: Phase) -> Marker:
     """A release marker for a job not yet submitted; ``chain_release`` or ``free`` ends it."""
-    return Marker(phase, cf.Future(), device=True)
+    return Marker(phase, Completion(), device=True)
 
 
 def chain_release(job: Marker, release: Marker) -> None:
@@ -187,7 +213,7 @@ def chain_release(job: Marker, release: Marker) -> None:
     (a failed device job leaves the event it recorded on the exception, if it got that far)."""
     release.held_by = (*release.held_by, job)
 
-    def done(f: cf.Future[Any]) -> None:
+    def done(f: JobEnd) -> None:
         if f.cancelled():  # a stream shut down before running the job: the buffer is free
             free(release)
             return
@@ -211,7 +237,7 @@ def free(release: Marker) -> None:
 
 def done_marker(phase: Phase) -> Marker:
     """A marker that is already done: the release marker of a never-used buffer."""
-    fut: cf.Future[Any] = cf.Future()
+    fut = Completion()
     fut.set_result(None)
     return Marker(phase, fut, device=True)
 
@@ -242,10 +268,10 @@ class StreamSet:
 
     def __init__(self, lane: int, fill_workers: int = 1, sink_workers: int = 1) -> None:
         name = f"warpdeck-lane{lane}"
-        self._pools: dict[Phase, cf.Executor] = {
-            p: cf.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{p.name.lower()}")
-            for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H)
-        }
+        # One thread for a device phase keeps its jobs in submission order. Not a
+        # ThreadPoolExecutor: its submit costs the loop three times as much, paid per batch.
+        self._pools: dict[Phase, HostPool] = {
+            p: HostPool(f"{name}-{p.name.lower()}", 1) for p in (Phase.H2D, Phase.COMPUTE, Phase.D2H)}
         self._host = {Phase.FILL: HostPool(f"{name}-fill", fill_workers),
                       Phase.SINK: HostPool(f"{name}-sink", sink_workers)}
         self._pools.update(self._host)
@@ -269,7 +295,8 @@ class StreamSet:
         With ``device_deps`` the job only waits for the dependencies' *submission* and leaves
         the device-side ordering to the backend's ``wait_events`` (CuPy: ``stream.wait_event``).
         """
-        marker = Marker(phase, cf.Future(), device=device_deps)
+        fut = Completion()
+        marker = Marker(phase, fut, device=device_deps)
         closed = self._closed
 
         def run() -> Any:
@@ -292,7 +319,7 @@ class StreamSet:
             marker.cpu = time.thread_time() - c0 + _CHARGED.s
             return result
 
-        marker.future = self._pools[phase].submit(run)
+        self._pools[phase].submit_into(fut, run)
         return marker
 
     def abandon(self) -> None:
@@ -377,9 +404,16 @@ _CLOSED_POLL_S = 0.05
 """How often a job blocked on a dependency looks whether its streams were closed."""
 
 
+def _block(fut: JobEnd, timeout: float) -> bool:
+    """Block this thread until ``fut`` is done, at most ``timeout`` seconds; whether it is."""
+    if isinstance(fut, Completion):
+        return fut.wait(timeout)
+    return bool(cf.wait([fut], timeout=timeout).done)
+
+
 def _wait_submitted(d: Marker, closed: threading.Event) -> BaseException | None:
     # A dependency already done (the common case once a lane is busy) costs no waiter objects.
-    while not d.future.done() and not cf.wait([d.future], timeout=_CLOSED_POLL_S).done:
+    while not d.future.done() and not _block(d.future, _CLOSED_POLL_S):
         if closed.is_set():
             raise StreamsClosed(f"streams closed while waiting for {d.phase.name.lower()}")
     if d.future.cancelled():
@@ -394,7 +428,7 @@ def _wait_done(d: Marker, closed: threading.Event) -> BaseException | None:
     ev = d._event()
     if ev is None:
         return None
-    while not ev.done and not cf.wait([ev.landed], timeout=_CLOSED_POLL_S).done:
+    while not ev.done and not _block(ev.landed, _CLOSED_POLL_S):
         if closed.is_set():
             raise StreamsClosed(f"streams closed while {d.phase.name.lower()} ran on the device")
     return ev.landed.exception() if ev.landed.done() else None

@@ -1,4 +1,4 @@
-"""A host phase's threads: a pool whose size can change while it runs.
+"""A stream's threads: a pool whose size can change while it runs (one thread: a device stream).
 
 The decisions this module protects:
 - Jobs start in submission order (one FIFO queue), so a lane's fills and sinks begin in batch
@@ -13,18 +13,19 @@ The decisions this module protects:
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from warpdeck.engine.backends.completion import Completion
+
 __all__ = ["HostPool"]
 
-_Job = tuple[cf.Future[Any], Callable[[], Any]]
+_Job = tuple[Completion, Callable[[], Any]]
 
 
-class HostPool(cf.Executor):
+class HostPool:
     """An executor of ``workers`` threads named ``name-N``, resizable with ``resize``."""
 
     def __init__(self, name: str, workers: int = 1) -> None:
@@ -67,15 +68,21 @@ class HostPool(cf.Executor):
             self._running -= 1
         self._threads = [t for t in self._threads if t.is_alive()]
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Completion:
+        """Run ``fn(*args, **kwargs)`` on one of the pool's threads; its completion."""
+        f = Completion()
+        self.submit_into(f, (lambda: fn(*args, **kwargs)) if args or kwargs else fn)
+        return f
+
+    def submit_into(self, f: Completion, fn: Callable[[], Any]) -> None:
+        """``submit``, completing a future the caller made (a stream's marker holds it before
+        its job exists: one future per job, not two)."""
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name}: cannot submit after shutdown")
-            f: cf.Future[Any] = cf.Future()
-            self._q.put((f, (lambda: fn(*args, **kwargs)) if args or kwargs else fn))
+            self._q.put((f, fn))
             if not self._running:
                 self._staff()
-        return f
 
     def _work(self) -> None:
         while (item := self._q.get()) is not None:

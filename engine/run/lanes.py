@@ -6,8 +6,10 @@ The decisions this module protects:
   that last read it (for the previous batch on that slot) is done. With k = 2 every phase
   overlaps every other, and a slot is never overwritten before it was read.
 - After fill, a batch's device work (h2d, compute, d2h) is submitted at once with its
-  dependencies; the device streams order it, so the host never waits between phases. Small
-  watcher coroutines follow the markers in order and move the tasks' phases.
+  dependencies; the device streams order it, so the host never waits between phases. Each
+  marker wakes the lane's pump on the loop when it ends (ends that come together share one
+  wake-up), and the pump moves each stage's oldest batch on in order: no waiter, future or task
+  per phase on the loop, whose cost per batch is what a batch of one task pays.
 - The lane never touches the task table: it reports to its ``LaneHost`` (the dispatcher, engine/run/dispatcher.py).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +28,6 @@ from warpdeck.engine.backends.base import (
     HOST_PHASES,
     Backend,
     Marker,
-    MarkerTimeout,
     NonfiniteCounter,
     StreamSet,
     chain_release,
@@ -65,6 +67,13 @@ class _InFlight:
     """Each row's count of NaN and infinite outputs, made on the device (None: the sink scans)."""
     sink: Marker | None = None
     error: tuple[Phase, BaseException] | None = None
+    moved: bool = False
+    """Its tasks were moved to the next phase; it waits for room before leaving this one."""
+    blocked: bool = False
+    """Told stalled by backpressure (its d2h waits for the sink to free the pinned output)."""
+    hung: asyncio.TimerHandle | None = None
+    """The compute deadline's timer, while the compute runs."""
+    hung_said: bool = False
 
 
 @dataclass(slots=True)
@@ -78,9 +87,14 @@ class _Filling:
     in_bytes: int
     out_bytes: int
     h2d: Marker | None = None
+    heard: bool = False
+    """Its fill's end was heard (failures reported); it may still wait for a buffer to grow."""
+    prev: Marker | None = None
+    """The compute running when it became the oldest fill: if that ends first, the device waits on it."""
+    watched: bool = False
+    """Whether it memory-stalled is decided."""
 
 
-_STOP = None
 _SLOT_STATE: dict[Phase, SlotState] = {
     Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
     Phase.D2H: "d2h", Phase.SINK: "readable"}
@@ -116,9 +130,18 @@ class Lane:
         self.output_blocked = False
         self.batches_done = 0
         self.reallocations = 0
-        self._q: list[asyncio.Queue[_InFlight | None]] = [asyncio.Queue() for _ in range(4)]
         self._inflight: dict[int, _InFlight] = {}
-        self._fills: asyncio.Queue[_Filling | None] = asyncio.Queue()
+        self._fills: deque[_Filling] = deque()
+        """Fills submitted, oldest first: the pump takes their results in batch order."""
+        self._at: tuple[deque[_InFlight], ...] = (deque(), deque(), deque(), deque())
+        """Batches past fill, oldest first, by the phase they wait on: h2d, compute, d2h, sink."""
+        self._front_done = False
+        self._poked = False
+        """A pump is due on the loop (``_poke``)."""
+        self._over = False
+        self._loop: asyncio.AbstractEventLoop
+        self._finished: asyncio.Future[None]
+        """Done when the lane has run dry (``run`` set both), or with the error that ended it."""
 
     # -- ring -------------------------------------------------------------------------------------
     @property
@@ -203,16 +226,27 @@ class Lane:
     async def run(self) -> None:
         """Process batches until the host has none; then wait for every batch in flight."""
         self.fill.start()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._finished = loop.create_future()
+        front = loop.create_task(self._front(), name=f"lane{self.id}-front")
+        front.add_done_callback(self._front_ended)
         try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._front(), name=f"lane{self.id}-front")
-                tg.create_task(self._watch_fill(), name=f"lane{self.id}-fill")
-                tg.create_task(self._watch(0, Phase.H2D, Phase.COMPUTE), name=f"lane{self.id}-h2d")
-                tg.create_task(self._watch(1, Phase.COMPUTE, Phase.D2H), name=f"lane{self.id}-compute")
-                tg.create_task(self._watch(2, Phase.D2H, Phase.SINK), name=f"lane{self.id}-d2h")
-                tg.create_task(self._watch_sink(), name=f"lane{self.id}-sink")
+            try:
+                await self._finished
+            finally:
+                self._over = True
+                if not front.done():
+                    front.cancel()
+                    with contextlib.suppress(BaseException):
+                        await front
+                for stage in self._at:
+                    for item in stage:
+                        if item.hung is not None:
+                            item.hung.cancel()
         finally:
             self.status = "stopped"
+            self.output_blocked = False
             # First no job may start its work any more: the releases freed below would otherwise
             # let a d2h copy into a pinned output that a sink thread is still writing out (a SIGTERM
             # landed another batch's values in a Parquet part that way). Jobs already running end
@@ -224,9 +258,8 @@ class Lane:
                 # Whatever ended the lane, no stream job may wait forever on a release.
                 for item in self._inflight.values():
                     free(item.sink_release)
-                while not self._fills.empty():
-                    f = self._fills.get_nowait()
-                    if f is not None:
+                for f in self._fills:
+                    if f.h2d is None:
                         free(f.release)
                 for slot in self.ring:
                     for b in slot.buffers():
@@ -238,22 +271,80 @@ class Lane:
                 self.fill.close()
 
     async def _front(self) -> None:
-        """Take a free slot, then a batch, and queue its fill: the fill stream always has the
+        """Take a free slot, then a batch, and submit its fill: the fill stream always has the
         next batch waiting behind the running one, as the device streams do."""
+        while True:
+            slot = self._next_slot()
+            self.status = "waiting for slot"
+            await slot.host_in.release.wait()
+            self.status = "waiting for input"
+            batch = await self.host.next_batch(self)
+            if batch is None:
+                return
+            filling = self._begin_fill(batch, slot)
+            if filling is not None:
+                self._fills.append(filling)
+                if len(self._fills) == 1:
+                    self._watch_memory(filling)
+
+    def _front_ended(self, front: asyncio.Task[None]) -> None:
+        if front.cancelled() or self._finished.done():
+            return
+        exc = front.exception()
+        if exc is not None:
+            self._finished.set_exception(exc)
+            return
+        self._front_done = True
+        self._pump()
+
+    # -- the pump: every phase's end moves the batches on ---------------------------------------
+    def _poke(self) -> None:
+        """A marker of this lane is done (called from whichever thread ended it): run the pump on
+        the loop. Ends that come while a pump is already due share it: one wake-up for several."""
+        if self._poked or self._over:
+            return
+        self._poked = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+            self._loop.call_soon_threadsafe(self._pump)
+
+    def _pump(self) -> None:
+        """Move every stage's oldest batch on while its phase is done, in batch order per stage.
+        An error here is the lane's: ``run`` raises it."""
+        self._poked = False
+        if self._over or self._finished.done():
+            return
         try:
-            while True:
-                slot = self._next_slot()
-                self.status = "waiting for slot"
-                await slot.host_in.release.wait()
-                self.status = "waiting for input"
-                batch = await self.host.next_batch(self)
-                if batch is None:
-                    return
-                filling = self._begin_fill(batch, slot)
-                if filling is not None:
-                    await self._fills.put(filling)
-        finally:
-            await self._fills.put(_STOP)
+            self._advance()
+        except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
+            self._finished.set_exception(exc)
+
+    def _advance(self) -> None:
+        fills, (at_h2d, at_compute, at_d2h, at_sink) = self._fills, self._at
+        while fills and self._fill_step(fills[0]):
+            f = fills.popleft()
+            if f.h2d is None:  # it never reached h2d: the pinned input is free again
+                free(f.release)
+            if fills:
+                self._watch_memory(fills[0])
+        while at_h2d and self._device_step(at_h2d[0], Phase.H2D, Phase.COMPUTE):
+            at_compute.append(at_h2d.popleft())
+        while at_compute and self._device_step(at_compute[0], Phase.COMPUTE, Phase.D2H):
+            at_d2h.append(at_compute.popleft())
+        while at_d2h and self._device_step(at_d2h[0], Phase.D2H, Phase.SINK):
+            at_sink.append(at_d2h.popleft())
+        while at_sink and self._sink_step(at_sink[0]):
+            at_sink.popleft()
+        if self._front_done and not fills and not (at_h2d or at_compute or at_d2h or at_sink):
+            self._finished.set_result(None)
+
+    def _guarded(self, fn: Callable[[_InFlight], None], item: _InFlight) -> None:
+        """Run a timer's ``fn`` as the pump runs: an error in it is the lane's."""
+        if self._over or self._finished.done():
+            return
+        try:
+            fn(item)
+        except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
+            self._finished.set_exception(exc)
 
     def _begin_fill(self, batch: Batch, slot: Slot) -> _Filling | None:
         batch.lane, batch.slot = self.id, slot.index
@@ -278,41 +369,57 @@ class Lane:
         items = batch.items
         fill_m = self.streams.submit(Phase.FILL, lambda: load_rows(load, items, host_in))
         release.held_by = (fill_m,)
+        fill_m.when_done(self._poke)
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
 
-    async def _watch_fill(self) -> None:
-        try:
-            while (f := await self._fills.get()) is not None:
-                try:
-                    await self._finish_fill(f)
-                finally:
-                    if f.h2d is None:
-                        free(f.release)
-        finally:
-            await self._q[0].put(_STOP)
-
-    async def _finish_fill(self, f: _Filling) -> None:
-        batch, slot = f.batch, f.slot
-        self.status = "filling"
-        await self._await_fill(f.fill, batch)
-        exc = f.fill.failed()
-        if exc is not None:
-            self._fail_early(batch, slot, f.fill, Phase.FILL, exc)
+    def _watch_memory(self, f: _Filling) -> None:
+        """``f`` is the oldest fill: if the device runs dry before it is done (the compute in front
+        of it ends first), its tasks are memory-stalled. Called when it becomes the oldest, then by
+        the pump until that is decided."""
+        if f.watched:
             return
-        errors: list[BaseException | None] = f.fill.future.result()
-        if any(e is not None for e in errors):
-            batch = self.host.on_filled(batch, errors)
-            if len(batch) == 0:
-                return
+        if f.prev is None:
+            prev = self._last_compute
+            if prev is None or prev.done() or f.fill.done():
+                f.watched = True
+            else:
+                f.prev = prev  # a compute marker wakes the pump when it ends
+            return
+        if not f.fill.done() and f.prev.done():
+            f.watched = True
+            self.host.on_stall(f.batch, StallReason.MEMORY, "device idle, waiting for this batch's fill")
+
+    def _fill_step(self, f: _Filling) -> bool:
+        """Move the oldest fill on once it is done: its failures heard, the device work submitted.
+        False: it must wait (for its fill, or for a slot buffer to grow)."""
+        if not f.heard:
+            if not f.fill.done():
+                self.status = "filling"
+                self._watch_memory(f)
+                return False
+            f.heard = True
+            exc = f.fill.error()
+            if exc is not None:
+                self._fail_early(f.batch, f.slot, f.fill, Phase.FILL, exc)
+                return True
+            errors: list[BaseException | None] = f.fill.future.result()
+            if any(e is not None for e in errors):
+                f.batch = self.host.on_filled(f.batch, errors)
+                if len(f.batch) == 0:
+                    return True
+        slot = f.slot
+        # A buffer grows only while free; waiting here is rare (a larger key than before).
+        for b, need in ((slot.dev_in, f.in_bytes), (slot.dev_out, f.out_bytes), (slot.host_out, f.out_bytes)):
+            if b.cap < need and not b.release.done():
+                b.release.when_done(self._poke)
+                return False
+        batch = f.batch
         in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
-        # A buffer grows only while free; waiting here is rare (a larger key than before).
-        for b, need in ((slot.dev_in, f.in_bytes), (slot.dev_out, f.out_bytes), (slot.host_out, f.out_bytes)):
-            if b.cap < need:
-                await b.release.wait()
         self.host.on_phase(batch, Phase.H2D)
-        f.h2d = self._submit_device(batch, slot, f.plan, f.fill, host_in, in_shape, in_dtype, f.release)
+        f.h2d = self._submit_device(f, host_in, in_shape, in_dtype)
+        return True
 
     def batch_bytes(self, key: BatchKey, plan: StagePlan) -> tuple[int, int]:
         """Bytes of a full batch's input and output buffers for ``key`` (the output's with room for
@@ -324,35 +431,11 @@ class Lane:
         the backend counts on the device (``Backend.nonfinite_counter``)."""
         return None if plan.nonfinite == "allow" else self.backend.nonfinite_counter(plan.dtypes[-1])
 
-    async def _await_fill(self, fill_m: Marker, batch: Batch) -> None:
-        """Wait for fill; if the device runs dry meanwhile, the batch's tasks are memory-stalled."""
-        prev = self._last_compute
-        if prev is None or prev.done():
-            # A fill that raised (its worker process died) is read by the caller (``failed``).
-            with contextlib.suppress(Exception):
-                await fill_m.wait()
-            return
-        fill_w = asyncio.ensure_future(fill_m.wait())
-        prev_w = asyncio.ensure_future(prev.wait())
-        try:
-            await asyncio.wait({fill_w, prev_w}, return_when=asyncio.FIRST_COMPLETED)
-            if not fill_w.done():
-                self.host.on_stall(batch, StallReason.MEMORY, "device idle, waiting for this batch's fill")
-                await asyncio.wait({fill_w})
-        finally:
-            # Both are only watchers (done already, unless this wait was cancelled): awaiting a
-            # cancelled lane's fill here would wait for a job whose dependencies are only released
-            # once the lane has stopped, so a cancel under load could hang for good.
-            for w in (prev_w, fill_w):
-                w.cancel()
-                with contextlib.suppress(BaseException):
-                    await w
-
-    def _submit_device(self, batch: Batch, slot: Slot, plan: StagePlan, fill_m: Marker, host_in: Any,
-                       in_shape: tuple[int, ...], in_dtype: np.dtype[Any], host_release: Marker) -> Marker:
+    def _submit_device(self, f: _Filling, host_in: Any, in_shape: tuple[int, ...], in_dtype: np.dtype[Any]) -> Marker:
         be = self.backend
+        batch, slot, plan, fill_m, host_release = f.batch, f.slot, f.plan, f.fill, f.release
         n = in_shape[0]
-        in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
+        in_bytes, out_bytes = f.in_bytes, f.out_bytes
         self._ensure(slot.dev_in, in_bytes, True)
         self._ensure(slot.dev_out, out_bytes, True)
         self._ensure(slot.host_out, out_bytes, False)
@@ -403,61 +486,68 @@ class Lane:
         item = _InFlight(batch, slot, plan, fill_m, h2d_m, comp_m, d2h_m, sink_release, out_wait, host_out,
                          host_counts)
         self._inflight[batch.id] = item
-        self._q[0].put_nowait(item)
+        for job in (h2d_m, comp_m, d2h_m):
+            job.when_done(self._poke)
+        self._at[0].append(item)
         return h2d_m
 
     def _fail_early(self, batch: Batch, slot: Slot, fill_m: Marker, phase: Phase, exc: BaseException) -> None:
         self.host.on_failed(batch, phase, exc)
         self.host.on_record(self._record(batch, slot, [fill_m], ok=False))
 
-    async def _watch(self, qi: int, phase: Phase, next_phase: Phase) -> None:
-        q_in, q_out = self._q[qi], self._q[qi + 1]
-        try:
-            while (item := await q_in.get()) is not None:
-                marker = {Phase.H2D: item.h2d, Phase.COMPUTE: item.compute, Phase.D2H: item.d2h}[phase]
-                if item.error is None:
-                    try:
-                        await self._wait_phase(item, marker, phase)
-                    except Exception as exc:  # noqa: BLE001 - the batch fails, the lane goes on
-                        item.error = (phase, root_failure(exc))
-                else:
-                    with contextlib.suppress(Exception):
-                        await marker.wait()
-                if item.error is None:
-                    item.slot.newest_phase = next_phase if item.slot.newest == item.batch.id else item.slot.newest_phase
-                    self.host.on_phase(item.batch, next_phase)
-                    if phase is Phase.COMPUTE:
-                        await self._wait_output_room(item)
-                    # A batch taken back from a convicted worker writes nothing: its tasks run elsewhere.
-                    if phase is Phase.D2H and not self.host.fenced(item.batch):
-                        self._submit_sink(item)
-                await q_out.put(item)
-        finally:
-            await q_out.put(_STOP)
+    def _device_step(self, item: _InFlight, phase: Phase, next_phase: Phase) -> bool:
+        """Move ``item`` past the device phase ``phase`` once it is done (tasks to ``next_phase``,
+        after compute only once the pinned output is free, after d2h with the sink submitted).
+        A failed phase marks the item; its later phases are only waited for."""
+        marker = item.h2d if phase is Phase.H2D else item.compute if phase is Phase.COMPUTE else item.d2h
+        if not marker.done():
+            if phase is Phase.COMPUTE and item.hung is None and item.error is None and item.plan.deadline_s:
+                item.hung = self._loop.call_later(item.plan.deadline_s, self._guarded, self._hung, item)
+            return False
+        if not item.moved:
+            if item.hung is not None:
+                item.hung.cancel()
+                item.hung = None
+                if item.hung_said:
+                    item.hung_said = False
+                    self.host.on_stall(item.batch, StallReason.NONE)
+            if item.error is None and (exc := marker.error()) is not None:
+                item.error = (phase, root_failure(exc))
+            if item.error is None:
+                item.moved = True
+                slot = item.slot
+                if slot.newest == item.batch.id:
+                    slot.newest_phase = next_phase
+                self.host.on_phase(item.batch, next_phase)
+        if item.error is None:
+            if phase is Phase.COMPUTE and not self._output_room(item):
+                return False
+            # A batch taken back from a convicted worker writes nothing: its tasks run elsewhere.
+            if phase is Phase.D2H and not self.host.fenced(item.batch):
+                self._submit_sink(item)
+        item.moved = False
+        return True
 
-    async def _wait_phase(self, item: _InFlight, marker: Marker, phase: Phase) -> None:
-        if phase is not Phase.COMPUTE:
-            await marker.wait()
+    def _hung(self, item: _InFlight) -> None:
+        """The compute deadline passed with the compute still running: the stage may be hung."""
+        if item.compute.done():
             return
-        try:
-            await marker.wait(item.plan.deadline_s)
-        except MarkerTimeout:
-            self.host.on_stall(item.batch, StallReason.HUNG, f"compute past its {item.plan.deadline_s:g}s deadline")
-            await marker.wait()
-            self.host.on_stall(item.batch, StallReason.NONE)
+        item.hung_said = True
+        self.host.on_stall(item.batch, StallReason.HUNG, f"compute past its {item.plan.deadline_s:g}s deadline")
 
-    async def _wait_output_room(self, item: _InFlight) -> None:
+    def _output_room(self, item: _InFlight) -> bool:
         """Compute is done; if d2h cannot start because the sink still reads the pinned output,
-        the batch is blocked by its downstream: backpressure."""
+        the batch is blocked by its downstream (backpressure) until the sink lets go."""
         if item.out_wait.done():
-            return
-        self.output_blocked = True
-        self.host.on_stall(item.batch, StallReason.BACKPRESSURE, "waiting for the sink to free an output slot")
-        try:
-            await item.out_wait.wait()
-        finally:
-            self.output_blocked = False
-            self.host.on_stall(item.batch, StallReason.NONE)
+            if item.blocked:
+                item.blocked = self.output_blocked = False
+                self.host.on_stall(item.batch, StallReason.NONE)
+            return True
+        if not item.blocked:
+            item.blocked = self.output_blocked = True
+            self.host.on_stall(item.batch, StallReason.BACKPRESSURE, "waiting for the sink to free an output slot")
+            item.out_wait.when_done(self._poke)
+        return False
 
     def _submit_sink(self, item: _InFlight) -> None:
         host_out = item.host_out
@@ -467,30 +557,35 @@ class Lane:
         counts = item.host_counts
         item.sink = self.streams.submit(Phase.SINK, lambda: write_outputs(sink, keys, host_out, policy, counts))
         chain_release(item.sink, item.sink_release)
+        item.sink.when_done(self._poke)
 
-    async def _watch_sink(self) -> None:
-        q = self._q[3]
-        while (item := await q.get()) is not None:
-            self._inflight.pop(item.batch.id, None)
-            markers = [item.fill, item.h2d, item.compute, item.d2h]
-            if item.error is not None or item.sink is None:
-                free(item.sink_release)
-                phase, exc = item.error or (Phase.SINK, RuntimeError("sink not run"))
-                self.host.on_failed(item.batch, phase, exc)
-                self.host.on_record(self._record(item.batch, item.slot, markers, ok=False))
-                continue
-            try:
-                await item.sink.wait()
-                errors: list[BaseException | None] = item.sink.future.result()
-            except Exception as exc:  # noqa: BLE001
-                self.host.on_failed(item.batch, Phase.SINK, root_failure(exc))
-                self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=False))
-                continue
-            if item.slot.newest == item.batch.id:
-                item.slot.newest_phase = Phase.NONE
-            self.batches_done += 1
-            self.host.on_sunk(item.batch, errors)
-            self.host.on_record(self._record(item.batch, item.slot, [*markers, item.sink], ok=True))
+    def _sink_step(self, item: _InFlight) -> bool:
+        """Hear the oldest batch's sink once it is done: its tasks done, or failed with the phase
+        that failed them; its record to the host."""
+        sink = item.sink
+        if item.error is None and sink is not None and not sink.done():
+            return False
+        self._inflight.pop(item.batch.id, None)
+        markers = [item.fill, item.h2d, item.compute, item.d2h]
+        if item.error is not None or sink is None:
+            free(item.sink_release)
+            phase, exc = item.error or (Phase.SINK, RuntimeError("sink not run"))
+            self.host.on_failed(item.batch, phase, exc)
+            self.host.on_record(self._record(item.batch, item.slot, markers, ok=False))
+            return True
+        markers.append(sink)
+        failed = sink.error()
+        if failed is not None:
+            self.host.on_failed(item.batch, Phase.SINK, root_failure(failed))
+            self.host.on_record(self._record(item.batch, item.slot, markers, ok=False))
+            return True
+        errors: list[BaseException | None] = sink.future.result()
+        if item.slot.newest == item.batch.id:
+            item.slot.newest_phase = Phase.NONE
+        self.batches_done += 1
+        self.host.on_sunk(item.batch, errors)
+        self.host.on_record(self._record(item.batch, item.slot, markers, ok=True))
+        return True
 
     def _record(self, batch: Batch, slot: Slot, markers: Sequence[Marker], ok: bool) -> BatchRecord:
         return BatchRecord(batch.id, self.id, slot.index, len(batch), str(batch.key), batch.formed_at,

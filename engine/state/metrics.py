@@ -116,9 +116,11 @@ class MetricsAccumulator:
         self.batches = 0
         self.tasks = 0
         self.nbytes = 0
-        self.phase_sum = np.zeros(len(RUN_PHASES))
-        self.phase_n = np.zeros(len(RUN_PHASES), np.int64)
-        self.busy: dict[int, np.ndarray] = {}
+        # Per-phase sums are Python lists, not arrays: they grow by one element at a time, per
+        # batch, on the loop, where a NumPy element costs several times a list's.
+        self.phase_sum = _zeros()
+        self.phase_n = [0] * len(RUN_PHASES)
+        self.busy: dict[int, list[float]] = {}
         self.first_end = 0.0
         self.first_tasks = 0
         self.last_end = 0.0
@@ -130,16 +132,16 @@ class MetricsAccumulator:
         self._recent_s = recent_s
         self.serial_s = 0.0
         self.failed = 0
-        self.cpu_sum = np.zeros(len(RUN_PHASES))
+        self.cpu_sum = _zeros()
         # The steady window (records done after the first): per lane, tasks and busy time per
         # phase clipped to the window; CPU per phase, clipped alike.
         self.w_tasks: dict[int, int] = {}
-        self.w_busy: dict[int, np.ndarray] = {}
+        self.w_busy: dict[int, list[float]] = {}
         # ... and the time at least one job of the phase ran (a pool's jobs start in order).
-        self.w_union: dict[int, np.ndarray] = {}
-        self._union_end: dict[int, np.ndarray] = {}
-        self.w_cpu = np.zeros(len(RUN_PHASES))
-        self.w_lane_cpu: dict[int, np.ndarray] = {}
+        self.w_union: dict[int, list[float]] = {}
+        self._union_end: dict[int, list[float]] = {}
+        self.w_cpu = _zeros()
+        self.w_lane_cpu: dict[int, list[float]] = {}
         self.device = _DeviceBusy()
         # Per lane, the thread-seconds each phase had since the first batch began (a device phase:
         # one stream; a host phase: its threads, which the tuner changes), read at every reading.
@@ -172,7 +174,9 @@ class MetricsAccumulator:
         self.nbytes += rec.nbytes
         end = rec.end
         if rec.cpu:
-            self.cpu_sum += rec.cpu
+            cpu_sum = self.cpu_sum
+            for i, c in enumerate(rec.cpu):
+                cpu_sum[i] += c
         if not self.first_end:
             self.first_end, self.first_tasks = end, rec.tasks
         else:
@@ -181,20 +185,28 @@ class MetricsAccumulator:
         self._recent.append((end, rec.tasks))
 
     def _add_steady(self, rec: BatchRecord) -> None:
+        # Per batch, on the loop: comparisons, not max() calls (a third of this method's cost).
         w0 = self.first_end
         self.w_tasks[rec.lane] = self.w_tasks.get(rec.lane, 0) + rec.tasks
         wb, wu, ue = _row(self.w_busy, rec.lane), _row(self.w_union, rec.lane), _row(self._union_end, rec.lane)
+        cpu = rec.cpu
         for i, (t0, t1) in enumerate(rec.phases):
             if not t0 or t1 <= t0:
                 continue
-            inside = max(0.0, t1 - max(t0, w0))
+            begin = t0 if t0 > w0 else w0
+            inside = t1 - begin if t1 > begin else 0.0
             wb[i] += inside
-            wu[i] += max(0.0, t1 - max(t0, w0, ue[i]))
-            ue[i] = max(ue[i], t1)
-            if rec.cpu:  # at least this much of its CPU time fell in the window (one thread)
-                c = max(0.0, rec.cpu[i] - (t1 - t0 - inside))
-                self.w_cpu[i] += c
-                _row(self.w_lane_cpu, rec.lane)[i] += c
+            end_before = ue[i]
+            if t1 > end_before:
+                ue[i] = t1
+                lo = begin if begin > end_before else end_before
+                if t1 > lo:
+                    wu[i] += t1 - lo
+            if cpu:  # at least this much of its CPU time fell in the window (one thread)
+                c = cpu[i] - (t1 - t0 - inside)
+                if c > 0:
+                    self.w_cpu[i] += c
+                    _row(self.w_lane_cpu, rec.lane)[i] += c
 
     def add_latencies(self, latencies: np.ndarray) -> None:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
@@ -217,8 +229,9 @@ class MetricsAccumulator:
         what the machine lets the run use; ``finished``: device busy ends at the last compute."""
         elapsed = max(1e-9, now - started)
         threads = threads or {}
-        means = np.divide(self.phase_sum, self.phase_n, out=np.zeros_like(self.phase_sum), where=self.phase_n > 0)
-        cpu_means = np.divide(self.cpu_sum, self.phase_n, out=np.zeros_like(self.cpu_sum), where=self.phase_n > 0)
+        n = np.array(self.phase_n)
+        means = np.divide(self.phase_sum, n, out=np.zeros(len(RUN_PHASES)), where=n > 0)
+        cpu_means = np.divide(self.cpu_sum, n, out=np.zeros(len(RUN_PHASES)), where=n > 0)
         mean_batch = self.tasks / self.batches if self.batches else 0.0
         worst = float(means.max()) if self.batches else 0.0
         bound, caps_now, cpu_cap = self._bound(threads, cores)
@@ -246,7 +259,7 @@ class MetricsAccumulator:
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (0.0, 0.0)
         # Serial share: event-loop bookkeeping and source enumeration (one of each, whatever the
         # lane count) against the lanes' bottleneck work, which more lanes would split.
-        parallel = sum(float(b.max()) for b in self.busy.values())
+        parallel = sum(max(b) for b in self.busy.values())
         s = self.serial_s / (self.serial_s + parallel) if self.serial_s + parallel > 0 else 0.0
         device_busy, by_lane = self.device.busy(None if finished else now)
         headroom, lanes_limit = self._headroom(steady, cpu_cap, device_busy)
@@ -308,7 +321,7 @@ class MetricsAccumulator:
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
         if cpu_cap < caps_now[i]:
-            if burning not in _HOST or self.w_cpu[burning] < 0.5 * self.w_cpu.sum():
+            if burning not in _HOST or self.w_cpu[burning] < 0.5 * sum(self.w_cpu):
                 return "cpu", (f"bottleneck: CPU ({cores:g} cores busy with host and stage work); device busy "
                                f"{device_busy:.0%}: add cores, or cheaper loading/decoding")
             i = burning
@@ -331,7 +344,7 @@ class MetricsAccumulator:
         caps_now = dict.fromkeys(range(len(RUN_PHASES)), 0.0)
         for lane, tasks in self.w_tasks.items():
             busy, union = self.w_busy[lane], self.w_union[lane]
-            lane_cpu = self.w_lane_cpu.get(lane, np.zeros(len(RUN_PHASES)))
+            lane_cpu = self.w_lane_cpu.get(lane) or _zeros()
             ht = threads.get(lane)
             most = math.inf
             for i in range(len(RUN_PHASES)):
@@ -344,7 +357,7 @@ class MetricsAccumulator:
                 caps_now[i] += now_k * per_thread
                 most = min(most, _capacity(h, tasks, busy[i], union[i], lane_cpu[i], cores))
             bound += most if math.isfinite(most) else 0.0
-        cpu = float(self.w_cpu.sum())
+        cpu = float(sum(self.w_cpu))
         cpu_cap = cores * sum(self.w_tasks.values()) / cpu if cpu > 0 else math.inf
         if not self.w_tasks:
             return 0.0, {}, cpu_cap
@@ -428,9 +441,13 @@ class _DeviceBusy:
         return min(1.0, union / max(1e-9, end - self.first)), by_lane
 
 
-def _row(rows: dict[int, np.ndarray], lane: int) -> np.ndarray:
+def _zeros() -> list[float]:
+    return [0.0] * len(RUN_PHASES)
+
+
+def _row(rows: dict[int, list[float]], lane: int) -> list[float]:
     """``rows[lane]``, a phase-long row of zeros the first time (made only then: this runs per batch)."""
     row = rows.get(lane)
     if row is None:
-        row = rows[lane] = np.zeros(len(RUN_PHASES))
+        row = rows[lane] = _zeros()
     return row

@@ -72,6 +72,9 @@ class _Sparse:
 _GROW = 1.5
 
 
+_STATES: tuple[State, ...] = tuple(State)
+"""Each state at its value's index (``State`` counts from 0 without gaps)."""
+_PHASES: tuple[Phase, ...] = tuple(Phase)
 _SET_CHECK = 4096
 """Up to this many rows, a move checks them for repeats with a set rather than a sort."""
 
@@ -193,7 +196,7 @@ class TaskTable:
         # the 5 ms switch interval): a batch's distinct rows are checked with a set instead.
         if len(idx) == 1:  # a batch of one: no array machinery (engine overhead at batch 1)
             i = int(idx[0])
-            s, p = State(int(self.state[i])), Phase(int(self.phase[i]))
+            s, p = _STATES[self.state[i]], _PHASES[self.phase[i]]  # a tuple lookup: Enum(value) costs ~1 us
             if not check_transition(s, p, to_state, to_phase):
                 raise IllegalTransition(self.keys[i], s, p, to_state, to_phase)
             self._counts[s, p] -= 1

@@ -17,8 +17,8 @@ old stop path, put back, fails loudly rather than writing another batch's values
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,6 +69,13 @@ def _waiting(lane) -> list[Marker]:  # type: ignore[no-untyped-def]
     return [item.d2h for item in list(lane._inflight.values()) if not item.d2h.future.done()]
 
 
+def _wait_all(jobs: list[Marker], timeout: float) -> None:
+    """Block until every job of ``jobs`` has run or given up, at most ``timeout`` seconds in all."""
+    end = time.monotonic() + timeout
+    for m in jobs:
+        m.future.wait(max(0.0, end - time.monotonic()))  # type: ignore[union-attr]
+
+
 def _open_after(sink: GatedBatchSink, stopped: threading.Event, jobs: list[Marker]) -> None:
     """Once the lane is stopping, let batch 0's write finish; once the d2h jobs have run or given
     up (at most 3 s), the rest. Before the fix, batch 0's end let batch 4's d2h run, and batch 5's
@@ -76,7 +83,7 @@ def _open_after(sink: GatedBatchSink, stopped: threading.Event, jobs: list[Marke
     still at its gate, was reading."""
     stopped.wait(30)
     sink.first.set()
-    cf.wait([m.future for m in jobs], timeout=3)
+    _wait_all(jobs, 3)
     sink.rest.set()
 
 
@@ -165,7 +172,7 @@ async def test_the_old_stop_path_fails_loudly_instead_of_writing_wrong_values(
 
     def late_close(self: StreamSet) -> None:
         sink.first.set()
-        cf.wait([m.future for m in waiting], timeout=5)
+        _wait_all(waiting, 5)
         sink.rest.set()
         real_close(self)
 

@@ -161,7 +161,7 @@ RELEASE_LANES = threading.Event()
 
 def hold_lanes(xp, inp, out):  # type: ignore[no-untyped-def]
     """Doubles its input; on a lane in ``HELD_LANES`` (read from the compute thread's name,
-    ``warpdeck-lane<N>-compute_0``) it first waits for ``RELEASE_LANES``: a worker whose stage hangs."""
+    ``warpdeck-lane<N>-compute-1``) it first waits for ``RELEASE_LANES``: a worker whose stage hangs."""
     name = threading.current_thread().name
     lane = int(name.split("lane", 1)[1].split("-", 1)[0]) if "lane" in name else -1
     if lane in HELD_LANES:
