@@ -66,6 +66,10 @@ _MIN_RECORDS = 4
 """Fewer successful batches than this in a later window say nothing about the bottleneck's idle time."""
 _BURNS = 0.3
 """A thread using at least this share of a core burns CPU: it needs a core the process has spare."""
+_GIL_GROWTH = 0.4
+"""Threads whose CPU grew by less than this share of their number's growth take turns on one GIL."""
+_SPARE_FOR_GIL = 0.5
+"""Cores the process must have spare for a fill's slow scaling to be put down to the GIL."""
 _MOSTLY = 0.5
 """Host threads running at least this share of the window count as always running."""
 _SPARE_MIN = 0.1
@@ -201,7 +205,7 @@ class Autotuner:
     pinned: frozenset[Phase] = frozenset()
     cores_by_lane: dict[int, float] = field(default_factory=dict)
     """Cores each lane's host threads keep busy, as last measured (the CPU budget is shared)."""
-    trial: dict[int, tuple[Phase, int, float]] = field(default_factory=dict)
+    trial: dict[int, tuple[Phase, int, float, float]] = field(default_factory=dict)
     """Threads just added, per lane: (phase, threads before, the phase's batches/s before), judged on the next
     window."""
     saturated: set[tuple[int, Phase]] = field(default_factory=set)
@@ -307,6 +311,15 @@ class Autotuner:
                 grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
                 if grown is not None:
                     return grown
+                if host is Phase.FILL and self.held.get((lane, host)) == "max":
+                    # No thread left to add and the device still waits for the fill: each process
+                    # has its own GIL, which no further thread would (the GIL-bound profile kept
+                    # max_workers threads for seconds without this).
+                    fill_s = w.mean_s[Phase.FILL - 1]
+                    rate = now.fill / fill_s if fill_s > 0 else 0.0
+                    moved = self._try_processes(lane, now, Phase.FILL, rate, now.fill, w)
+                    if moved is not now:
+                        return moved
         if not tune_depth or lane in self.depth_done:
             return now
         # The bottleneck's own idle share: a phase on n threads is busy n x its span at most.
@@ -342,10 +355,19 @@ class Autotuner:
         trial = self.trial.pop(lane, None)
         if trial is None:
             return None
-        phase, had, before = trial
+        phase, had, before, burned = trial
         have = now.workers(phase)
         mean = w.mean_s[phase - 1]
         after = have / mean if mean > 0 else 0.0
+        if not now.fill_processes and self._shares_a_gil(phase, had, have, burned, w):
+            # More threads, hardly more CPU, and cores to spare: they take turns holding one GIL (a
+            # user's pure-Python load). Processes each have their own; try them now rather than
+            # after threads have been added up to the cap (a 60-batch run ended first).
+            keep = have if after >= _TRIAL_GAIN * before else had
+            self.decisions.append(TunerDecision(
+                lane, now.depth, w.device_idle,
+                f"fill threads share a GIL: {have} burned {w.cpu_share(phase) * have:.2f} cores, {had} {burned:.2f}"))
+            return self._try_processes(lane, _with(now, phase, keep), phase, max(before, after), have, w)
         if after >= _TRIAL_GAIN * before:
             gain = after / before if before > 0 else 0.0
             if have > 2 * had and gain < _SCALING * have / had:
@@ -366,6 +388,16 @@ class Autotuner:
             f"{name} back to {had} threads: {have} did not help ({before:.3g} -> {after:.3g} "
             "batches/s; CPU- or GIL-bound)"))
         return self._try_processes(lane, _with(now, phase, had), phase, before, have, w)
+
+    def _shares_a_gil(self, phase: Phase, had: int, have: int, burned: float, w: Window) -> bool:
+        """Whether the fill's threads on trial burned little more CPU than before while the process
+        had cores spare: threads that take turns holding the GIL, where processes would not (the
+        caller asks only of threads: worker processes' CPU is not in ``process_cores``)."""
+        if phase is not Phase.FILL or not self.fill_auto or have <= had or burned < _BURNS * had:
+            return False
+        if self.process_cores > self.cpu_cores - _SPARE_FOR_GIL:
+            return False  # the cores, not the GIL, may hold it: processes would not help
+        return w.cpu_share(phase) * have < burned * (1 + _GIL_GROWTH * (have / had - 1))
 
     def _try_processes(self, lane: int, then: LaneSettings, phase: Phase, rate: float, workers: int,
                        w: Window) -> LaneSettings:
@@ -456,10 +488,11 @@ class Autotuner:
         self.held.pop(key, None)
         self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share * (want - have)
         mean = w.mean_s[phase - 1]
-        self.trial[lane] = (phase, have, have / mean if mean > 0 else 0.0)
+        unit = "processes" if phase is Phase.FILL and now.fill_processes else "threads"
+        self.trial[lane] = (phase, have, have / mean if mean > 0 else 0.0, share * have)
         self.peak[key] = max(self.peak.get(key, 0), want)
         self.decisions.append(TunerDecision(
-            lane, depth, idle, f"{name} {want} threads ({mean * 1e3:.3g} ms/batch on {have}, {share:.0%} CPU)"))
+            lane, depth, idle, f"{name} {want} {unit} ({mean * 1e3:.3g} ms/batch on {have}, {share:.0%} CPU)"))
         return _with(LaneSettings(depth, now.fill, now.sink, now.fill_processes), phase, want)
 
     def _hold(self, key: tuple[int, Phase], why: ThreadCap, depth: int, idle: float, reason: str) -> None:

@@ -213,6 +213,39 @@ def test_a_gil_bound_fill_moves_to_processes_where_auto_allows_and_grows_there()
     assert model.window(seen[-1]).device_idle <= 0.02
 
 
+def _measured(fill_mean: float, fill_share: float, threads: int, compute_s: float = 0.0318) -> Window:
+    """A window as the gil-bound benchmark measured it: per-thread fill time and CPU share; compute
+    runs as often as the fill lets it."""
+    rate = threads / fill_mean
+    span = N / rate
+    means = (fill_mean, 0.001, compute_s, 0.003, 0.003)
+    cpu = (fill_share * fill_mean, 0.0, 0.0001, 0.0, 0.0)
+    busy = tuple(m * N for m in means)
+    return Window(means, cpu, busy, (span,) * 5)
+
+
+@pytest.mark.parametrize(("share_on_two", "process_cores", "to_processes"), [
+    (0.45, 1.1, True),  # 2 threads burned 0.9 cores where 1 burned 0.73, 0.9 cores of 2 spare: a GIL
+    (0.70, 1.1, False),  # 2 threads burned nearly twice the CPU: they ran side by side
+    (0.45, 1.9, False),  # the process used the machine's cores: they, not a GIL, may hold it
+])
+def test_threads_that_burn_no_more_cpu_than_one_take_turns_on_a_gil_and_go_to_processes(
+        share_on_two: float, process_cores: float, to_processes: bool) -> None:
+    # The gil-bound profile (a user's pure-Python load) on 2 cores: 2 threads got 21 % more batches
+    # through than 1, enough to keep them, and the tuner went on adding threads to the cap while each
+    # held the GIL in turn; a 60-batch run ended before processes were tried.
+    tuner = _tuner(cores=2.0)
+    tuner.fill_auto = True
+    now = tuner.decide(0, LaneSettings(2, 1, 1), _measured(0.0436, 0.73, 1), MB, 2 * MB)
+    assert now.fill == 2 and not now.fill_processes
+    tuner.process_cores = process_cores
+    judged = tuner.decide(0, now, _measured(0.0719, share_on_two, 2), MB, now.depth * MB)
+    assert judged.fill_processes is to_processes
+    if to_processes:
+        assert judged.fill == 2
+        assert any("share a GIL" in d.reason for d in tuner.decisions)
+
+
 def test_processes_that_do_not_help_go_back_to_threads_for_good() -> None:
     # CPU-bound on 1 core: neither threads nor processes help.
     model = Model(0.040, 0.010, gil_threads=1)
