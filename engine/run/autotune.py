@@ -156,6 +156,11 @@ class Window:
         return min(1.0, self.cpu_s[phase - 1] / wall) if wall > 0 else 0.0
 
 
+def _unit(s: LaneSettings, phase: Phase) -> str:
+    """What ``phase`` runs on under ``s``, as a decision says it."""
+    return "processes" if phase is Phase.FILL and s.fill_processes else "threads"
+
+
 def _slots_for(s: LaneSettings) -> int:
     """The ring a lane's threads need: a slot each and one for the device (2 with one of each)."""
     return max([2] + [w + 2 for w in (s.fill, s.sink) if w > 1])
@@ -377,7 +382,8 @@ class Autotuner:
                 self.saturated.add((lane, phase))
                 self.decisions.append(TunerDecision(
                     lane, now.depth, w.device_idle,
-                    f"{phase.name.lower()} {trimmed} threads: {have} ran only {gain:.2g}x faster than {had}"))
+                    f"{phase.name.lower()} {trimmed} {_unit(now, phase)}: "
+                    f"{have} ran only {gain:.2g}x faster than {had}"))
                 return self._try_processes(lane, _with(now, phase, trimmed), phase, after, have, w)
             return None
         self.saturated.add((lane, phase))
@@ -385,7 +391,7 @@ class Autotuner:
         name = phase.name.lower()
         self.decisions.append(TunerDecision(
             lane, now.depth, w.device_idle,
-            f"{name} back to {had} threads: {have} did not help ({before:.3g} -> {after:.3g} "
+            f"{name} back to {had} {_unit(now, phase)}: {have} did not help ({before:.3g} -> {after:.3g} "
             "batches/s; CPU- or GIL-bound)"))
         return self._try_processes(lane, _with(now, phase, had), phase, before, have, w)
 
@@ -488,7 +494,7 @@ class Autotuner:
         self.held.pop(key, None)
         self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share * (want - have)
         mean = w.mean_s[phase - 1]
-        unit = "processes" if phase is Phase.FILL and now.fill_processes else "threads"
+        unit = _unit(now, phase)
         self.trial[lane] = (phase, have, have / mean if mean > 0 else 0.0, share * have)
         self.peak[key] = max(self.peak.get(key, 0), want)
         self.decisions.append(TunerDecision(
