@@ -281,8 +281,8 @@ class HostSpec(_Model):
     """Where inputs are loaded: ``threads`` of the engine's process (I/O, and decoders that release
     the GIL), or ``processes``: one warm worker process per fill thread, each writing its batch
     straight into the slot's shared memory (work that holds the GIL: Python decoding, tokenising,
-    your own ``load``). ``auto``: threads, and where more threads stop speeding the fill up, the
-    tuner tries processes once and keeps them if the fill is faster. Processes need a source that
+    your own ``load``). ``auto``: threads, and where more threads stop speeding the fill up or share
+    a GIL, the tuner tries processes once and keeps them if the fill is faster. Processes need a source that
     can load in another process (``items``, ``images``, ``npy_dir``); for any other, and on Ray
     actors, ``auto`` means threads."""
     process_deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
