@@ -226,6 +226,8 @@ class ProgressLines:
             return
         since = snap.t - self._t
         total = c.out_of
+        if total and c.finished >= total:
+            return  # every task has ended: the final table comes next and says it
         moved = (c.finished - self._done) / total if total else 1.0
         if since >= self.AT_LEAST_S or (since >= self.EVERY_S and moved >= self.STEP):
             self._t, self._done = snap.t, c.finished
