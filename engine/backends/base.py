@@ -136,10 +136,7 @@ class Marker:
     def error(self) -> BaseException | None:
         """Once ``done``: what ``wait`` would raise (the job's exception, the device's, or
         ``StreamsClosed`` for a job its stream dropped unrun); None when the work succeeded."""
-        fut = self.future
-        if fut.cancelled():
-            return StreamsClosed(f"{self.phase.name.lower()} was dropped by its stopping stream")
-        exc = fut.exception()
+        exc = self._failure(self.future)
         if exc is not None:
             return exc
         ev = self._event()
@@ -196,11 +193,15 @@ class Marker:
                 await wait_async(fut)
         except TimeoutError:
             raise MarkerTimeout(f"{self.phase.name.lower()} not done after {timeout:.3g}s") from None
-        if fut.cancelled():
-            raise StreamsClosed(f"{self.phase.name.lower()} was dropped by its stopping stream")
-        exc = fut.exception()
+        exc = self._failure(fut)
         if exc is not None:
             raise exc
+
+    def _failure(self, fut: JobEnd) -> BaseException | None:
+        """A finished ``fut``'s exception; ``StreamsClosed`` for a job its stopping stream dropped unrun."""
+        if fut.cancelled():
+            return StreamsClosed(f"{self.phase.name.lower()} was dropped by its stopping stream")
+        return fut.exception()
 
 
 def pending_marker(phase: Phase) -> Marker:

@@ -311,12 +311,7 @@ class Lane:
         """Move every stage's oldest batch on while its phase is done, in batch order per stage.
         An error here is the lane's: ``run`` raises it."""
         self._poked = False
-        if self._over or self._finished.done():
-            return
-        try:
-            self._advance()
-        except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
-            self._finished.set_exception(exc)
+        self._guarded(self._advance)
 
     def _advance(self) -> None:
         fills, (at_h2d, at_compute, at_d2h, at_sink) = self._fills, self._at
@@ -337,12 +332,12 @@ class Lane:
         if self._front_done and not fills and not (at_h2d or at_compute or at_d2h or at_sink):
             self._finished.set_result(None)
 
-    def _guarded(self, fn: Callable[[_InFlight], None], item: _InFlight) -> None:
-        """Run a timer's ``fn`` as the pump runs: an error in it is the lane's."""
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` (the pump, a timer) on the loop while the lane runs: an error in it is the lane's."""
         if self._over or self._finished.done():
             return
         try:
-            fn(item)
+            fn(*args)
         except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
             self._finished.set_exception(exc)
 
