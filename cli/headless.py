@@ -101,10 +101,11 @@ def summary_table(report: RunReport) -> Table:
               f"{report.serial_bound_tasks_s:,.1f} serial")
     t.add_row("overlap efficiency", f"{report.overlap_efficiency:.3f}")
     t.add_row("phase means", "  ".join(f"{k} {v * 1e3:.2f}ms" for k, v in report.mean_phase_s.items()))
-    if report.host_processes:
-        t.add_row("fill processes", "; ".join(
-            f"lane {lane}: " + ", ".join(f"pid {p['pid']} busy {p['busy_share']:.0%}" for p in procs)
-            for lane, procs in report.host_processes.items()))
+    for name, pools in (("fill processes", report.host_processes), ("sink processes", report.sink_processes)):
+        if pools:
+            t.add_row(name, "; ".join(
+                f"lane {lane}: " + ", ".join(f"pid {p['pid']} busy {p['busy_share']:.0%}" for p in procs)
+                for lane, procs in pools.items()))
     if report.host_threads:
         t.add_row("host threads", "; ".join(f"lane {lane}: fill {th['fill']} sink {th['sink']}"
                                             for lane, th in report.host_threads.items()))

@@ -32,7 +32,7 @@ from warpdeck.engine.control.monitor_types import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings
 from warpdeck.engine.control.topics import Topics
 from warpdeck.engine.control.views import local_worker_id
-from warpdeck.engine.edges.config import PipelineSpec
+from warpdeck.engine.edges.config import ParquetSink, PipelineSpec
 from warpdeck.engine.edges.journal import Journal, JournalError, ResumeState, spec_identity
 from warpdeck.engine.edges.journaled_table import JournaledTable
 from warpdeck.engine.edges.outage import HeldSink, Outage, sink_dir
@@ -48,6 +48,7 @@ from warpdeck.engine.run.feeder import Feeder, feeder_watermarks
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.lanes import Lane
 from warpdeck.engine.run.process_fill import ProcessFill
+from warpdeck.engine.run.process_sink import ProcessSink
 from warpdeck.engine.run.reporting import RunFacts, make_report
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.run.snapshot_builder import HOST, SnapshotBuilder
@@ -83,6 +84,9 @@ class Engine:
         # executor = "ray": the actors that run the batches (None: lanes in this process).
         self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend, self.run_dir, control)
         self.backend = backend if backend is not None else select_backend(spec.backend)
+        if sink is not None and spec.host.sink_pool == "processes":
+            raise ValueError("host.sink_pool = 'processes' writes through the spec's sink, opened in each worker "
+                             "process; a sink object given here writes in this process: use threads")
         self.sink = sink if sink is not None else open_sink(spec.sink, self.run_dir)
         # A run given a run directory is durable by default: journaled there, resumed from there.
         # Without one (library calls, most tests) nothing is written unless journal=True.
@@ -149,17 +153,29 @@ class Engine:
         self._fns = stage_fns(self.spec.stages, self.backend.torch_stream)
         self._plans: dict[BatchKey, StagePlan] = {}
         # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
-        sink = HeldSink(self.task_keys.guard(self.sink), self.outage, sink_dir(self.sink, self.run_dir))
+        where = sink_dir(self.sink, self.run_dir)
+        sink = HeldSink(self.task_keys.guard(self.sink), self.outage, where)
         if self.executor is not None:
             return self.executor.lanes(self.dispatcher, self.source, sink, self._plan_for, self.sink)
         host = self.spec.host
         auto = host.fill_pool == "auto" and self._row_loader is not None
         self.state.tuner.fill_auto = auto
-        return [Lane(i, self.backend, self.spec.slot_depth, self.dispatcher, self.source, sink, self._plan_for,
-                     self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1,
-                     self._fill_processes(i) if host.fill_pool == "processes" else None,
-                     functools.partial(self._fill_processes, i) if auto else None)
-                for i in range(len(self.state.lane_worker))]
+        lanes = []
+        for i in range(len(self.state.lane_worker)):
+            writers = self._sink_processes(i) if host.sink_pool == "processes" else None
+            lanes.append(Lane(
+                i, self.backend, self.spec.slot_depth, self.dispatcher, self.source,
+                sink if writers is None else HeldSink(self.task_keys.guard(writers), self.outage, where),
+                self._plan_for, self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1,
+                self._fill_processes(i) if host.fill_pool == "processes" else None,
+                functools.partial(self._fill_processes, i) if auto else None, writers))
+        return lanes
+
+    def _sink_processes(self, lane: int) -> ProcessSink:
+        host, spec = self.spec.host, self.spec.sink
+        assert not isinstance(spec, ParquetSink)  # the spec refuses sink_pool = "processes" for it
+        return ProcessSink(self.backend, spec, self.run_dir, self.sink, host.sink_workers or 1, host.process_deadline_s,
+                           f"{self.spec.name}-lane{lane}")
 
     def _fill_processes(self, lane: int) -> ProcessFill | None:
         if self._row_loader is None:

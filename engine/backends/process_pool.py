@@ -1,15 +1,18 @@
-"""Warm worker processes that load a batch's rows straight into a shared slot buffer.
+"""Warm worker processes that work on a batch's rows in place, in a shared slot buffer.
 
 The decisions this module protects:
-- Host work that holds the GIL (decoding in Python, tokenising, a user's own ``load``) runs in
-  processes, each with its own interpreter, so it scales with cores the way a DataLoader's workers
-  do; the engine's loop keeps its core.
+- Host work that holds the GIL (decoding in Python, tokenising, a user's own ``load`` or ``write``)
+  runs in processes, each with its own interpreter, so it scales with cores the way a DataLoader's
+  workers do; the engine's loop keeps its core.
+- A pool runs one kind of work (``RowWork``): a fill's loader writing rows (``LoadRows``), or a
+  sink's writer reading them (engine/run/process_sink.py). Either way the rows stay where they are.
 - One copy: a worker maps the slot's shared buffer (engine/backends/shared_memory.py) and its loader
-  writes each row in place. What travels back is each item's error (or None) and the CPU the batch
-  cost, never the rows. A loader with a ``load_batch(handles, out)`` method (an items source's
-  ``ItemLoader``) is handed the batch's rows in one call and answers per item the same way; any
-  other is called row by row.
-- Workers are started once and stay warm; each unpickles the loader once, so the user's module is
+  writes each row in place (a writer reads them there). What travels back is each item's error (or
+  None) and the CPU the batch cost, never the rows. Rows not in a shared buffer (a few of a batch,
+  picked out) travel in the message instead. A loader with a ``load_batch(handles, out)`` method (an
+  items source's ``ItemLoader``) is handed the batch's rows in one call and answers per item the
+  same way; any other is called row by row.
+- Workers are started once and stay warm; each unpickles its work once, so the user's module is
   imported once per worker. Each is a fresh interpreter (``python -c``, the engine's ``sys.path``
   handed over): nothing forks the engine's own process, whose threads and CUDA context a fork would
   copy half-made, and, unlike multiprocessing's spawn and forkserver, no worker runs the user's
@@ -49,10 +52,16 @@ import numpy.typing as npt
 
 from warpdeck.engine.backends.shared_memory import attach
 
-__all__ = ["ProcessPool", "RowLoader", "WorkerLost", "WorkerView", "worker_main"]
+__all__ = ["LoadRows", "ProcessPool", "RowLoader", "RowWork", "Rows", "WorkerLost", "WorkerView", "worker_main"]
 
 RowLoader = Callable[[Any, npt.NDArray[Any]], None]
 """``loader(handle, row)``: writes one item's input into ``row`` in place (runs in a worker)."""
+RowWork = Callable[[Any, npt.NDArray[Any]], list[BaseException | None]]
+"""``work(payload, rows)``: one batch's work on its rows, in a worker; each row's error or None. A
+failure of the whole batch is one exception in every row's place."""
+Rows = tuple[str, int, int, tuple[int, ...], str] | npt.NDArray[Any]
+"""Where a batch's rows are, as a worker finds them: in a shared buffer (its path, its size, the
+rows' byte offset in it, their shape and dtype), or the rows themselves."""
 
 _MAPPED_MAX = 32
 """Buffers a worker keeps mapped (a slot that grew leaves its old buffer behind)."""
@@ -63,10 +72,10 @@ _ORPHAN_POLL_S = 0.5
 
 
 class WorkerLost(RuntimeError):
-    """The worker process loading a batch died or hung; the batch's tasks may be tried again."""
+    """The worker process working on a batch died or hung; the batch's tasks may be tried again."""
 
-    def __init__(self, pid: int | None, why: str) -> None:
-        super().__init__(f"fill worker process {pid}: {why}")
+    def __init__(self, pid: int | None, why: str, role: str = "fill") -> None:
+        super().__init__(f"{role} worker process {pid}: {why}")
         self.pid = pid
         self.why = why
 
@@ -112,10 +121,10 @@ def _revive(sent: tuple[BaseException | None, str, str] | None) -> BaseException
 
 
 def _serve(conn: mpc.Connection) -> None:
-    """A worker's life: unpickle the loader, then load batches until the engine closes the socket."""
+    """A worker's life: unpickle its work, then work on batches until the engine closes the socket."""
     try:
         blob = conn.recv_bytes()
-        loader: RowLoader = pickle.loads(blob)
+        work: RowWork = pickle.loads(blob)
     except BaseException as exc:  # noqa: BLE001 - said to the engine, which names it
         with contextlib.suppress(OSError):
             conn.send(("failed", "".join(traceback.format_exception(exc)).rstrip()))
@@ -129,42 +138,34 @@ def _serve(conn: mpc.Connection) -> None:
             return  # the engine is gone, or let this worker go
         if msg is None:
             return
-        where, nbytes, shape, dtype, handles = msg
-        buf = mapped.get(where)
-        if buf is None or buf.size < nbytes:
-            buf = mapped[where] = attach(where, nbytes)
-            while len(mapped) > _MAPPED_MAX:
-                mapped.popitem(last=False)
-        mapped.move_to_end(where)
-        dt = np.dtype(dtype)
-        out = buf[: int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
+        rows, payload = msg
         c0 = time.thread_time()
-        errors = _load(loader, handles, out)
+        sent = _portables(work(payload, _rows(rows, mapped)))
         try:
-            conn.send((errors, time.thread_time() - c0))
+            conn.send((sent, time.thread_time() - c0))
         except (EOFError, OSError):
             return
 
 
-def _load(loader: RowLoader, handles: Sequence[Any],
-          out: npt.NDArray[Any]) -> list[tuple[BaseException | None, str, str] | None]:
-    """In a worker: ``handles`` into the rows of ``out``, by the loader's ``load_batch`` where it has
-    one, else row by row; each item's error as it travels back (``_portable``), or None."""
-    whole = getattr(loader, "load_batch", None)
-    if whole is None:
-        errors: list[tuple[BaseException | None, str, str] | None] = []
-        for j, handle in enumerate(handles):
-            try:
-                loader(handle, out[j])
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - each item fails alone
-                errors.append(_portable(exc))
-        return errors
-    try:
-        raised: list[BaseException | None] = whole(handles, out[: len(handles)])
-    except Exception as exc:  # noqa: BLE001 - a loader's own slip: every item of the batch, as itself
-        raised = [exc] * len(handles)
-    # A batch that failed as one shares one exception: format and pickle it once.
+def _rows(rows: Rows, mapped: OrderedDict[str, npt.NDArray[np.uint8]]) -> npt.NDArray[Any]:
+    """In a worker: the batch's rows, mapped from their shared buffer (kept mapped for the next
+    batches) or as they came."""
+    if isinstance(rows, np.ndarray):
+        return rows
+    where, nbytes, offset, shape, dtype = rows
+    buf = mapped.get(where)
+    if buf is None or buf.size < nbytes:
+        buf = mapped[where] = attach(where, nbytes)
+        while len(mapped) > _MAPPED_MAX:
+            mapped.popitem(last=False)
+    mapped.move_to_end(where)
+    dt = np.dtype(dtype)
+    return buf[offset: offset + int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
+
+
+def _portables(raised: Sequence[BaseException | None]) -> list[tuple[BaseException | None, str, str] | None]:
+    """Each row's error as it travels back (``_portable``). A batch that failed as one shares one
+    exception: it is formatted and pickled once."""
     sent: dict[int, tuple[BaseException | None, str, str]] = {}
     for e in raised:
         if e is not None and id(e) not in sent:
@@ -172,11 +173,37 @@ def _load(loader: RowLoader, handles: Sequence[Any],
     return [None if e is None else sent[id(e)] for e in raised]
 
 
-def _parts(loader: RowLoader) -> list[Any]:
-    """The loader and the functions it is made of (a dataclass's callable fields: an ``ItemLoader``'s
-    ``load`` and ``load_batch``), each of which a worker must import by its module."""
-    held: list[Any] = [getattr(loader, f.name) for f in fields(loader)] if is_dataclass(loader) else []
-    return [loader, *(f for f in held if callable(f))]
+@dataclass(frozen=True, slots=True)
+class LoadRows:
+    """A fill's work in a worker: ``loader`` writes each handle's item into its row, by its
+    ``load_batch`` where it has one, else row by row."""
+
+    loader: RowLoader
+
+    def __call__(self, handles: Sequence[Any], out: npt.NDArray[Any]) -> list[BaseException | None]:
+        whole = getattr(self.loader, "load_batch", None)
+        if whole is None:
+            errors: list[BaseException | None] = []
+            for j, handle in enumerate(handles):
+                try:
+                    self.loader(handle, out[j])
+                    errors.append(None)
+                except Exception as exc:  # noqa: BLE001 - each item fails alone
+                    errors.append(exc)
+            return errors
+        try:
+            raised: list[BaseException | None] = whole(handles, out[: len(handles)])
+        except Exception as exc:  # noqa: BLE001 - a loader's own slip: every item of the batch, as itself
+            raised = [exc] * len(handles)
+        return raised
+
+
+def _parts(work: Any) -> list[Any]:
+    """The work and the functions it is made of (a dataclass's callable fields, and theirs: an
+    ``ItemLoader``'s ``load`` and ``load_batch`` in a ``LoadRows``), each of which a worker must
+    import by its module."""
+    held = [getattr(work, f.name) for f in fields(work)] if is_dataclass(work) else []
+    return [work, *(p for f in held if callable(f) for p in _parts(f))]
 
 
 def _orphan_watch(parent: int) -> None:
@@ -262,18 +289,23 @@ class _Worker:
 
 
 class ProcessPool:
-    """``workers`` warm processes running ``loader``; ``load`` hands one a batch."""
+    """``workers`` warm processes running ``work``; ``run`` hands one a batch. ``role`` names them
+    (``fill``, ``sink``) in their process names and errors."""
 
-    def __init__(self, name: str, loader: RowLoader, workers: int = 1, deadline_s: float = 300.0) -> None:
-        for part in _parts(loader):
+    def __init__(self, name: str, work: RowWork, workers: int = 1, deadline_s: float = 300.0,
+                 role: str = "fill") -> None:
+        what = "loader" if role == "fill" else "writer"
+        for part in _parts(work):
             if (getattr(part, "__module__", None) or type(part).__module__) == "__main__":
-                raise ValueError(f"the loader {part!r} is defined in __main__, which a worker process does not run: "
+                raise ValueError(f"the {what} {part!r} is defined in __main__, which a worker process does not run: "
                                  "define it in a module")
         try:
-            self._blob = pickle.dumps(loader)
+            self._blob = pickle.dumps(work)
         except Exception as exc:
-            raise ValueError(f"the loader {loader!r} cannot be sent to a worker process "
+            raise ValueError(f"the {what} {work!r} cannot be sent to a worker process "
                              f"({type(exc).__name__}: {exc}): make it a module-level function") from exc
+        self.role = role
+        self._what = what
         self.name = name
         self.deadline_s = deadline_s
         self._size = max(1, int(workers))
@@ -336,7 +368,7 @@ class ProcessPool:
         start takes is never counted as loading. A start that fails is said to the next batch."""
         try:
             said = self._answer(w, _START_S)
-            why = "" if said[0] == "ready" else f"could not load the loader:\n{said[1]}"
+            why = "" if said[0] == "ready" else f"could not load the {self._what}:\n{said[1]}"
         except (EOFError, OSError, WorkerLost) as exc:
             why = f"did not start: {exc.why if isinstance(exc, WorkerLost) else w.ended()}"
         if not why:
@@ -347,18 +379,17 @@ class ProcessPool:
         self._replace(w, why, restart=False)  # restarted by the batch that hears of it, not in a loop
         self._idle.put(_StartFailed(w.pid, why))
 
-    def load(self, where: str, nbytes: int, shape: Sequence[int], dtype: np.dtype[Any],
-             handles: Sequence[Any]) -> tuple[list[BaseException | None], float]:
-        """Have one worker load ``handles[j]`` into row j of the buffer at ``where`` (``nbytes``,
-        seen as ``shape``/``dtype``); each item's error (or None), and the CPU seconds it took.
-        Blocks (a fill thread): waits for an idle worker, then for its answer."""
+    def run(self, rows: Rows, payload: Any) -> tuple[list[BaseException | None], float]:
+        """Have one worker do the pool's work on one batch: ``payload`` and the ``rows`` (where they
+        are, or themselves); each row's error (or None), and the CPU seconds it took. Blocks (a
+        host thread): waits for an idle worker, then for its answer."""
         w = self._checkout()
         t0 = time.perf_counter()
         try:
-            msg = pickle.dumps((where, nbytes, tuple(shape), np.dtype(dtype).str, list(handles)))
+            msg = pickle.dumps((rows, payload))
         except Exception as exc:
             self._checkin(w)  # nothing was sent: the worker is as it was
-            raise ValueError(f"a handle of this batch cannot be sent to a fill worker process "
+            raise ValueError(f"a handle of this batch cannot be sent to a {self.role} worker process "
                              f"({type(exc).__name__}: {exc})") from exc
         try:
             w.conn.send_bytes(msg)
@@ -366,7 +397,7 @@ class ProcessPool:
         except (EOFError, OSError, WorkerLost) as exc:
             why = exc.why if isinstance(exc, WorkerLost) else w.ended()
             self._replace(w, why)
-            raise WorkerLost(w.pid, why) from None
+            raise WorkerLost(w.pid, why, self.role) from None
         w.jobs += 1
         w.busy_s += time.perf_counter() - t0
         self._checkin(w)
@@ -379,10 +410,16 @@ class ProcessPool:
                 revived[id(e)] = _revive(e)
         return [revived[id(e)] for e in errors], float(cpu)
 
+    def load(self, where: str, nbytes: int, shape: Sequence[int], dtype: np.dtype[Any],
+             handles: Sequence[Any]) -> tuple[list[BaseException | None], float]:
+        """``run`` for a fill: ``handles[j]`` into row j of the buffer at ``where`` (``nbytes``, seen
+        from its start as ``shape``/``dtype``)."""
+        return self.run((where, nbytes, 0, tuple(shape), np.dtype(dtype).str), list(handles))
+
     def _answer(self, w: _Worker, timeout: float) -> Any:
         if not w.conn.poll(timeout):
             w.kill()
-            raise WorkerLost(w.pid, f"no answer after {timeout:g} s: hung, killed")
+            raise WorkerLost(w.pid, f"no answer after {timeout:g} s: hung, killed", self.role)
         return w.conn.recv()
 
     def _checkout(self) -> _Worker:
@@ -399,7 +436,7 @@ class ProcessPool:
             with self._lock:
                 if not self._closed:
                     self._staff()
-            raise WorkerLost(w.pid, w.why)
+            raise WorkerLost(w.pid, w.why, self.role)
         return w
 
     def _checkin(self, w: _Worker) -> None:

@@ -164,6 +164,17 @@ class SharedArena:
         self._buffers.append(buf)
         return buf
 
+    def locate(self, arr: npt.NDArray[np.generic]) -> tuple[SharedBuffer, int] | None:
+        """The open buffer that holds all of ``arr``'s bytes, one C-ordered piece of it, and where
+        they start in it; None where ``arr`` is anywhere else (a copy, a strided view)."""
+        if not arr.flags.c_contiguous:
+            return None
+        start = int(arr.ctypes.data)
+        for b in self._buffers:
+            if not b.closed and b.address <= start and start + arr.nbytes <= b.address + b.nbytes:
+                return b, start - b.address
+        return None
+
     def release(self, buf: SharedBuffer) -> None:
         """Close one buffer and remove its file (a slot that grew lets go of its old buffer)."""
         buf.close()

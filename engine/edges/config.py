@@ -31,6 +31,7 @@ from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Ta
 from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
 
 __all__ = [
+    "PROCESS_SINKS",
     "PROCESS_SOURCES",
     "CallableSink",
     "CallableSource",
@@ -61,6 +62,8 @@ __all__ = [
 _DTYPES = DTYPES
 PROCESS_SOURCES = ("items", "images", "npy_dir")
 """Sources whose loads can run in a fill worker process (``host.fill_pool``)."""
+PROCESS_SINKS = ("npy_dir", "callable", "null")
+"""Sinks whose writes can run in a sink worker process (``host.sink_pool``)."""
 
 
 class _Model(SpecModel):
@@ -285,8 +288,14 @@ class HostSpec(_Model):
     a GIL, the tuner tries processes once and keeps them if the fill is faster. Processes need a source that
     can load in another process (``items``, ``images``, ``npy_dir``); for any other, and on Ray
     actors, ``auto`` means threads."""
+    sink_pool: Literal["threads", "processes"] = "threads"
+    """Where outputs are written: ``threads`` of the engine's process, or ``processes``: one warm
+    worker process per sink thread, each opening the sink once and writing its batch straight from
+    the slot's shared memory (writes that hold the GIL: encoding in Python, your own ``target`` or
+    ``write_batch``). Needs an ``npy_dir``, ``callable`` or ``null`` sink (Parquet numbers its part
+    files in the engine's process) and local lanes."""
     process_deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
-    """A fill worker process busy on one batch longer than this is killed and replaced; the
+    """A fill or sink worker process busy on one batch longer than this is killed and replaced; the
     batch's tasks are tried again."""
 
     @model_validator(mode="after")
@@ -363,6 +372,14 @@ class PipelineSpec(_Model):
                                  f"process; use an items source (your own load function), images or npy_dir")
             if self.executor.kind != "local":
                 raise ValueError("host.fill_pool = 'processes' is for local lanes; Ray actors load in their own "
+                                 "processes already")
+        if self.host.sink_pool == "processes":
+            if self.sink.kind not in PROCESS_SINKS:
+                raise ValueError(f"host.sink_pool = 'processes': a {self.sink.kind} sink writes from the engine's "
+                                 "process (it numbers its part files there); use threads, or an npy_dir or callable "
+                                 "sink")
+            if self.executor.kind != "local":
+                raise ValueError("host.sink_pool = 'processes' is for local lanes; Ray actors write in their own "
                                  "processes already")
         return self
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, batch_writer
+from warpdeck.engine.edges.sinks import BatchWriter, RowsWriter, Sink, Staged, batch_writer, rows_writer
 from warpdeck.engine.state.part_views import OutageView
 
 __all__ = ["ENVIRONMENT_ERRNOS", "HeldSink", "Outage", "OutageAbandoned", "environment_cause",
@@ -189,9 +189,38 @@ class HeldSink:
         self.write_batch: BatchWriter | None = None if inner is None else (
             lambda keys, outs: outage.retry("sink", where, lambda: inner(keys, outs)))
         """The inner sink's ``write_batch``, held the same way (None: it writes key by key)."""
+        self._inner_rows = rows_writer(sink)
+        self.write_rows: RowsWriter | None = None if self._inner_rows is None else self._write_rows
+        """The inner sink's ``write_rows``, whose outputs that met an environment error are held the same way."""
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         self._outage.retry("sink", self._where, lambda: self._sink.write(key, out))
+
+    def _write_rows(self, keys: Sequence[str], outs: npt.NDArray[Any]) -> list[BaseException | None]:
+        """The inner ``write_rows``; the outputs that met an environment error (a full disk) are
+        written again, and only those, until they land or the engine gives up."""
+        inner = self._inner_rows
+        assert inner is not None
+        errors: list[BaseException | None] = [None] * len(keys)
+        todo = list(range(len(keys)))
+
+        def attempt() -> None:
+            nonlocal todo
+            part = outs if len(todo) == len(keys) else outs[todo]
+            again: list[int] = []
+            held: BaseException | None = None
+            for j, e in zip(todo, inner([keys[j] for j in todo], part), strict=True):
+                if e is not None and environment_cause(e) is not None:
+                    again.append(j)
+                    held = held or e
+                else:
+                    errors[j] = e
+            todo = again
+            if held is not None:
+                raise held
+
+        self._outage.retry("sink", self._where, attempt)
+        return errors
 
     def commit(self, keys: Sequence[str], staged: Staged) -> None:
         """Put what an actor staged in place (``StagingSink.commit`` through the wrapped sink)."""

@@ -11,6 +11,12 @@ sink, and every wrapper around it, has it (``batch_writer``): the smallest exten
 sink commit whole batches. So a sink that writes key by key has no ``write_batch`` at all, not one
 of None.
 
+A sink may instead have ``write_rows(keys, outputs)``, a batch in one call answered row by row: each
+output's error (or None) in its place, so one bad output fails its task alone. The lanes' sink in
+worker processes has it (engine/run/process_sink.py): a worker writes the whole batch, key by key
+or with ``write_batch`` as the sink itself does, and says how each went. The sink wrappers pass it on
+(``rows_writer``), as they do ``write_batch``.
+
 A sink on storage other processes see (npy_dir, Parquet, null) may also split a write in two
 (``StagingSink``): ``stage`` writes a batch's outputs under temp names of one attempt (``tag``) on
 whatever machine computed them, ``commit`` renames them into place where the run is journaled.
@@ -42,8 +48,8 @@ from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, Par
 from warpdeck.engine.edges.sources import SAFE_KEY
 
 __all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableBatchSinkImpl", "CallableSinkImpl", "DurableSink",
-           "NpyDirSinkImpl", "NullSinkImpl", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
-           "rejected_outputs", "settle", "sink_describes"]
+           "NpyDirSinkImpl", "NullSinkImpl", "RowsWriter", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
+           "rejected_outputs", "rows_writer", "settle", "sink_describes"]
 
 TMP_SUFFIX = ".tmp"
 CHECKSUMS = ".warpdeck-checksums"
@@ -66,6 +72,15 @@ BatchWriter = Callable[[Sequence[str], npt.NDArray[Any]], None]
 def batch_writer(sink: Sink) -> BatchWriter | None:
     """The sink's ``write_batch``, or None when it (or a wrapper around it) writes key by key."""
     return getattr(sink, "write_batch", None)
+
+
+RowsWriter = Callable[[Sequence[str], npt.NDArray[Any]], list[BaseException | None]]
+"""A sink's ``write_rows``: a batch's outputs in one call; each output's error (or None) in its place."""
+
+
+def rows_writer(sink: Sink) -> RowsWriter | None:
+    """The sink's ``write_rows``, or None where it (or a wrapper around it) has none."""
+    return getattr(sink, "write_rows", None)
 
 
 class _PlainWriter:

@@ -156,11 +156,6 @@ class Window:
         return min(1.0, self.cpu_s[phase - 1] / wall) if wall > 0 else 0.0
 
 
-def _unit(s: LaneSettings, phase: Phase) -> str:
-    """What ``phase`` runs on under ``s``, as a decision says it."""
-    return "processes" if phase is Phase.FILL and s.fill_processes else "threads"
-
-
 def _slots_for(s: LaneSettings) -> int:
     """The ring a lane's threads need: a slot each and one for the device (2 with one of each)."""
     return max([2] + [w + 2 for w in (s.fill, s.sink) if w > 1])
@@ -229,6 +224,8 @@ class Autotuner:
     """Cores the machine lets this process use (the bound counts these; the budget may be less)."""
     fill_processes: bool = False
     """Each fill thread hands its batch to a worker process (``[host] fill_pool = "processes"``)."""
+    sink_processes: bool = False
+    """Each sink thread hands its batch to a worker process (``[host] sink_pool = "processes"``)."""
     fill_auto: bool = False
     """``[host] fill_pool = "auto"`` with a source that can load in processes: a fill that threads do not speed up (GIL-
     or CPU-bound) is tried in processes, which stay if they are faster."""
@@ -245,7 +242,12 @@ class Autotuner:
                            if n is not None)
         return cls(DepthTuner(spec.feeder.max_depth, int(spec.feeder.memory_budget_mb * 2**20)),
                    host.max_workers, host.cpu_cores or default_cores(), pinned,
-                   fill_processes=host.fill_pool == "processes" and spec.executor.kind == "local")
+                   fill_processes=host.fill_pool == "processes" and spec.executor.kind == "local",
+                   sink_processes=host.sink_pool == "processes" and spec.executor.kind == "local")
+
+    def _unit(self, s: LaneSettings, phase: Phase) -> str:
+        """What ``phase`` runs on under ``s``, as a decision says it."""
+        return "processes" if (s.fill_processes if phase is Phase.FILL else self.sink_processes) else "threads"
 
     def threads(self, lanes: Sequence[LaneLike]) -> dict[int, tuple[HostThreads, HostThreads]]:
         """Each lane's fill and sink threads: how many now, how many it may reach, why not more."""
@@ -254,7 +256,7 @@ class Autotuner:
     def _threads(self, lane: LaneLike, phase: Phase) -> HostThreads:
         now = lane.workers(phase)
         peak = max(now, self.peak.get((lane.id, phase), 0))
-        procs = phase is Phase.FILL and (self.fill_processes or lane.fill_in_processes)
+        procs = (self.fill_processes or lane.fill_in_processes) if phase is Phase.FILL else self.sink_processes
         if phase in self.pinned:
             return HostThreads(now, peak, "pinned", procs)
         if (lane.id, phase) in self.saturated:
@@ -382,7 +384,7 @@ class Autotuner:
                 self.saturated.add((lane, phase))
                 self.decisions.append(TunerDecision(
                     lane, now.depth, w.device_idle,
-                    f"{phase.name.lower()} {trimmed} {_unit(now, phase)}: "
+                    f"{phase.name.lower()} {trimmed} {self._unit(now, phase)}: "
                     f"{have} ran only {gain:.2g}x faster than {had}"))
                 return self._try_processes(lane, _with(now, phase, trimmed), phase, after, have, w)
             return None
@@ -391,7 +393,7 @@ class Autotuner:
         name = phase.name.lower()
         self.decisions.append(TunerDecision(
             lane, now.depth, w.device_idle,
-            f"{name} back to {had} {_unit(now, phase)}: {have} did not help ({before:.3g} -> {after:.3g} "
+            f"{name} back to {had} {self._unit(now, phase)}: {have} did not help ({before:.3g} -> {after:.3g} "
             "batches/s; CPU- or GIL-bound)"))
         return self._try_processes(lane, _with(now, phase, had), phase, before, have, w)
 
@@ -494,7 +496,7 @@ class Autotuner:
         self.held.pop(key, None)
         self.cores_by_lane[lane] = self.cores_by_lane.get(lane, 0.0) + share * (want - have)
         mean = w.mean_s[phase - 1]
-        unit = _unit(now, phase)
+        unit = self._unit(now, phase)
         self.trial[lane] = (phase, have, have / mean if mean > 0 else 0.0, share * have)
         self.peak[key] = max(self.peak.get(key, 0), want)
         self.decisions.append(TunerDecision(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from warpdeck.engine.edges.sinks import BatchWriter, Sink, batch_writer
+from warpdeck.engine.edges.sinks import Sink, batch_writer, rows_writer
 from warpdeck.engine.state.batches import TaskInput
 from warpdeck.engine.state.records import NonFiniteOutput
 
@@ -48,9 +48,12 @@ def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str,
     else:
         bad = (~np.isfinite(host_out.reshape(len(keys), -1))).sum(axis=1).tolist() if check else None
     size = host_out[0].size if len(keys) else 0
+    rows = rows_writer(sink)
+    if rows is not None:
+        return _write_whole(rows, True, keys, host_out, bad, size, policy)
     whole = batch_writer(sink)
     if whole is not None:
-        return _write_whole(whole, keys, host_out, bad, size, policy)
+        return _write_whole(whole, False, keys, host_out, bad, size, policy)
     for j, key in enumerate(keys):
         if bad is not None and bad[j] and policy == "fail":
             errors.append(NonFiniteOutput(key, bad[j], size, written=False))
@@ -63,10 +66,10 @@ def write_outputs(sink: Sink, keys: Sequence[str], host_out: Any, policy: str,
     return errors
 
 
-def _write_whole(whole: BatchWriter, keys: Sequence[str], host_out: Any, bad: list[int] | None, size: int,
-                 policy: str) -> list[BaseException | None]:
-    """``write_outputs`` for a sink that writes a batch at once: one call, whose failure fails
-    every task it held."""
+def _write_whole(whole: Callable[[Sequence[str], Any], Any], per_row: bool, keys: Sequence[str], host_out: Any,
+                 bad: list[int] | None, size: int, policy: str) -> list[BaseException | None]:
+    """``write_outputs`` for a sink that takes a batch at once: one call. A ``write_batch``'s failure
+    fails every task it held; a ``write_rows`` (``per_row``) answers for each."""
     errors: list[BaseException | None] = [None] * len(keys)
     write = list(range(len(keys)))
     if bad is not None:
@@ -79,8 +82,15 @@ def _write_whole(whole: BatchWriter, keys: Sequence[str], host_out: Any, bad: li
         return errors
     try:
         rows = host_out[: len(keys)] if len(write) == len(keys) else host_out[write]
-        whole([keys[j] for j in write], rows)
+        said = whole([keys[j] for j in write], rows)
     except Exception as exc:  # noqa: BLE001 - every task of the batch
         for j in write:
             errors[j] = exc
+        return errors
+    if per_row:
+        if len(said) != len(write):
+            raise RuntimeError(f"write_rows answered {len(said)} of {len(write)} outputs")
+        for j, e in zip(write, said, strict=True):
+            if e is not None:
+                errors[j] = e
     return errors

@@ -41,6 +41,7 @@ from warpdeck.engine.run.lane_io import load_rows, write_outputs
 from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
 from warpdeck.engine.run.process_fill import ProcessFill
+from warpdeck.engine.run.process_sink import ProcessSink
 from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
 from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
@@ -106,7 +107,8 @@ class Lane:
     def __init__(self, lane_id: int, backend: Backend, depth: int, host: LaneHost, source: Source,
                  sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,
                  fill_workers: int = 1, sink_workers: int = 1, fill_processes: ProcessFill | None = None,
-                 make_fill_processes: Callable[[], ProcessFill | None] | None = None) -> None:
+                 make_fill_processes: Callable[[], ProcessFill | None] | None = None,
+                 sink_processes: ProcessSink | None = None) -> None:
         self.id = lane_id
         self.batch_size = batch_size
         self.backend = backend
@@ -120,6 +122,10 @@ class Lane:
         self.streams.resize(Phase.FILL, fill_workers)
         self.streams.resize(Phase.SINK, sink_workers)
         self.fill.resize(fill_workers)
+        self.sink_processes = sink_processes
+        """The worker processes that write this lane's outputs (``host.sink_pool``; None: the sink threads do)."""
+        if sink_processes is not None:
+            sink_processes.resize(sink_workers)
         if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
             depth = max(depth, fill_workers + 2, sink_workers + 2)
         self.ring: list[Slot] = [Slot(i) for i in range(depth)]
@@ -170,6 +176,8 @@ class Lane:
         workers = self.streams.resize(phase, workers)
         if phase is Phase.FILL:
             self.fill.resize(workers)  # one worker process per fill thread, where they run
+        elif self.sink_processes is not None:
+            self.sink_processes.resize(workers)
 
     @property
     def fill_in_processes(self) -> bool:
@@ -207,7 +215,8 @@ class Lane:
             state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
             slots.append(SlotView(sl.index, state, (a, b, c, d)))
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
-                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), self.fill.views())
+                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), self.fill.views(),
+                        self.sink_processes.views() if self.sink_processes is not None else ())
 
     def _next_slot(self) -> Slot:
         slot = self.ring[self._ptr % len(self.ring)]
@@ -222,10 +231,26 @@ class Lane:
         b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
         b.cap = nbytes
 
+    def _ensure_output(self, b: Buffer, nbytes: int) -> None:
+        """The slot's pinned output, in shared memory where sink worker processes read it."""
+        procs = self.sink_processes
+        if procs is None:
+            self._ensure(b, nbytes, False)
+            return
+        if b.cap >= nbytes and b.shared is not None:
+            return
+        if b.shared is not None:
+            self.reallocations += 1
+            procs.release(b.shared)  # free: the batch that last used it is past its sink
+        b.shared = procs.buffer(nbytes)
+        b.buf, b.cap = b.shared.array, nbytes
+
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Process batches until the host has none; then wait for every batch in flight."""
         self.fill.start()
+        if self.sink_processes is not None:
+            self.sink_processes.start()
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._finished = loop.create_future()
@@ -253,7 +278,8 @@ class Lane:
             # as they would have; the rest give up.
             self.streams.abandon()
             try:
-                # A fill waiting on a worker would hold the close below for up to its deadline.
+                # A fill waiting on a worker would hold the close below for up to its deadline. A sink
+                # writing in a worker finishes, as on a thread.
                 await self.fill.stop()
                 # Whatever ended the lane, no stream job may wait forever on a release.
                 for item in self._inflight.values():
@@ -269,6 +295,8 @@ class Lane:
                 # No stream uses a shared buffer any more (or the lane was cancelled while
                 # closing): the workers stop and the shared memory goes, whatever happened.
                 self.fill.close()
+                if self.sink_processes is not None:
+                    self.sink_processes.close()
 
     async def _front(self) -> None:
         """Take a free slot, then a batch, and submit its fill: the fill stream always has the
@@ -433,7 +461,7 @@ class Lane:
         in_bytes, out_bytes = f.in_bytes, f.out_bytes
         self._ensure(slot.dev_in, in_bytes, True)
         self._ensure(slot.dev_out, out_bytes, True)
-        self._ensure(slot.host_out, out_bytes, False)
+        self._ensure_output(slot.host_out, out_bytes)
         while len(slot.mids) < len(plan.fns) - 1:
             slot.mids.append(Buffer(Phase.COMPUTE))
         for i, m in enumerate(slot.mids[: len(plan.fns) - 1]):

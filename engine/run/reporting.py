@@ -96,6 +96,8 @@ def make_report(snap: EngineSnapshot, facts: RunFacts) -> RunReport:
         host_threads={str(ln.id): {"fill": ln.fill_workers, "sink": ln.sink_workers} for ln in snap.lanes},
         host_processes={str(ln.id): [{"pid": p.pid, "batches": p.batches, "busy_share": round(p.busy_share, 4)}
                                      for p in ln.fill_processes] for ln in snap.lanes if ln.fill_processes},
+        sink_processes={str(ln.id): [{"pid": p.pid, "batches": p.batches, "busy_share": round(p.busy_share, 4)}
+                                     for p in ln.sink_processes] for ln in snap.lanes if ln.sink_processes},
         phase_clocks=facts.phase_clocks, tuning=facts.tuning, executor=facts.executor,
         serial_bound_tasks_s=f.serial_bound_tasks_s, overlap_efficiency=f.overlap_efficiency,
         mean_phase_s=f.mean_phase_s, occupancy={str(k): v for k, v in f.occupancy.items()}, stall_s=f.stall_s,

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from warpdeck.engine.edges.journal import Journal, read_task
 from warpdeck.engine.edges.resume import ResumingSource
-from warpdeck.engine.edges.sinks import BatchWriter, Sink, Staged, StagingSink, batch_writer
+from warpdeck.engine.edges.sinks import BatchWriter, RowsWriter, Sink, Staged, StagingSink, batch_writer, rows_writer
 from warpdeck.engine.edges.sources import Source, source_produces
 from warpdeck.engine.run.batching import ReadyQueue
 from warpdeck.engine.run.feeder import Feeder
@@ -293,6 +293,9 @@ class UnlessCancelled:
         self._inner_batch = batch_writer(inner)
         self.write_batch: BatchWriter | None = None if self._inner_batch is None else self._write_batch
         """``write_batch`` where the inner sink has one (None: it writes key by key)."""
+        self._inner_rows = rows_writer(inner)
+        self.write_rows: RowsWriter | None = None if self._inner_rows is None else self._write_rows
+        """``write_rows`` where the inner sink has one."""
 
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """Write ``out`` under ``key`` unless the task was cancelled."""
@@ -310,6 +313,19 @@ class UnlessCancelled:
             keys, outs = [keys[j] for j in keep], outs[keep]
         if keys:
             self._inner_batch(keys, outs)
+
+    def _write_rows(self, keys: Sequence[str], outs: npt.NDArray[Any]) -> list[BaseException | None]:
+        """The inner sink's ``write_rows`` for the keys not cancelled (theirs answer None: nothing to write)."""
+        assert self._inner_rows is not None
+        keep = [j for j, k in enumerate(keys) if k not in self._skip]
+        if len(keep) == len(keys):
+            return self._inner_rows(keys, outs)
+        self._skip.difference_update(keys)
+        errors: list[BaseException | None] = [None] * len(keys)
+        if keep:
+            for j, e in zip(keep, self._inner_rows([keys[j] for j in keep], outs[keep]), strict=True):
+                errors[j] = e
+        return errors
 
     def commit(self, keys: Sequence[str], staged: Staged) -> None:
         """The inner (staging) sink's ``commit`` of what an actor staged, less the outputs of tasks

@@ -196,6 +196,8 @@ class RunReport(_Frozen):
     host_processes: dict[str, list[dict[str, int | float]]] = {}
     """Per lane whose fills ran in worker processes (``[host] fill_pool``): each worker it ended with,
     as ``pid``, ``batches`` and ``busy_share`` (of its life spent loading)."""
+    sink_processes: dict[str, list[dict[str, int | float]]] = {}
+    """Per lane whose outputs were written in worker processes (``[host] sink_pool``), as ``host_processes``."""
     phase_clocks: dict[str, str] = {}
     """Which clock timed each phase (host perf_counter, or the device's own events)."""
     tuning: list[str] = []

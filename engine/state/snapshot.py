@@ -250,12 +250,14 @@ class LaneView:
     sink_workers: int = 1
     fill_processes: tuple[HostProcess, ...] = ()
     """Where fills run in worker processes (``[host] fill_pool``): each one, one per fill thread."""
+    sink_processes: tuple[HostProcess, ...] = ()
+    """Where outputs are written in worker processes (``[host] sink_pool``): each one, one per sink thread."""
 
 
 @dataclass(frozen=True, slots=True)
 class HostProcess:
-    """One fill worker process: its pid, the batches it loaded, and the share of its life it spent
-    loading them."""
+    """One fill or sink worker process: its pid, the batches it loaded or wrote, and the share of its
+    life it spent on them."""
 
     pid: int
     batches: int

@@ -1,5 +1,5 @@
-"""The workers screen shows each lane's host pools: fill and sink threads, or each fill worker process
-with its pid and busy share (issue 31, item 3)."""
+"""The workers screen shows each lane's host pools: fill and sink threads, or each fill or sink worker
+process with its pid and busy share (issue 31, item 3)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,20 @@ from warpdeck.engine.api import HostProcess, LaneView, parse_spec
 from warpdeck.tui.screens.workers import host_pools_text
 
 
-def _lane(i: int, fill: int = 1, sink: int = 1, procs: tuple[HostProcess, ...] = ()) -> LaneView:
-    return LaneView(i, 4, "running", False, 0, 0, (), fill, sink, procs)
+def _lane(i: int, fill: int = 1, sink: int = 1, procs: tuple[HostProcess, ...] = (),
+          writers: tuple[HostProcess, ...] = ()) -> LaneView:
+    return LaneView(i, 4, "running", False, 0, 0, (), fill, sink, procs, writers)
 
 
 def test_lanes_that_fill_on_threads_alike_share_a_line_and_processes_are_listed_each() -> None:
     lanes = (_lane(0, 2, 1), _lane(1, 2, 1), _lane(2, 2, 1),
-             _lane(3, 2, 1, (HostProcess(4312, 118, 0.62), HostProcess(4313, 1_204, 0.5))), _lane(4, 1, 2))
+             _lane(3, 2, 1, (HostProcess(4312, 118, 0.62), HostProcess(4313, 1_204, 0.5))), _lane(4, 1, 2),
+             _lane(5, 1, 1, writers=(HostProcess(4400, 7, 0.25),)))
     assert host_pools_text(lanes).splitlines() == [
         "lanes 0-2 · fill 2 threads · sink 1 thread",
         "lane 4 · fill 1 thread · sink 2 threads",
         "lane 3 · fill 2 processes: pid 4312 62% 118 batches, pid 4313 50% 1,204 batches · sink 1 thread",
+        "lane 5 · fill 1 thread · sink 1 process: pid 4400 25% 7 batches",
     ]
     assert host_pools_text((_lane(0), _lane(2))) == "lanes 0,2 · fill 1 thread · sink 1 thread"
     assert host_pools_text(()) == ""

@@ -22,7 +22,7 @@ from textual.binding import BindingType
 from textual.widgets import Static
 from textual.widgets.data_table import RowDoesNotExist
 
-from warpdeck.engine.api import ControlView, EngineSnapshot, LaneView
+from warpdeck.engine.api import ControlView, EngineSnapshot, HostProcess, LaneView
 from warpdeck.tui.app_access import warpdeck_app
 from warpdeck.tui.attach import unheard_words
 from warpdeck.tui.keymap import bindings
@@ -73,6 +73,14 @@ def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
+def _pool(threads: int, procs: tuple[HostProcess, ...]) -> str:
+    """A host phase's pool in words: its threads, or each of its worker processes."""
+    if not procs:
+        return _threads(threads)
+    each = ", ".join(f"pid {p.pid} {p.busy_share:.0%} {p.batches:,} batches" for p in procs)
+    return f"{len(procs)} process{'' if len(procs) == 1 else 'es'}: {each}"
+
+
 def _lane_ids(ids: list[int]) -> str:
     if len(ids) == 1:
         return f"lane {ids[0]}"
@@ -83,14 +91,13 @@ def _lane_ids(ids: list[int]) -> str:
 
 def host_pools_text(lanes: tuple[LaneView, ...]) -> str:
     """Each lane's host pools, a line each: ``lane 0 · fill 4 processes: pid 4312 62% 118 batches,
-    … · sink 2 threads``. Lanes that fill on threads alike share one line (``lanes 0-7 · …``)."""
+    … · sink 2 threads``. Lanes that fill and write on threads alike share one line (``lanes 0-7 · …``)."""
     lines: list[str] = []
     alike: dict[tuple[int, int], list[int]] = {}
     for lane in lanes:
-        if lane.fill_processes:
-            procs = ", ".join(f"pid {p.pid} {p.busy_share:.0%} {p.batches:,} batches" for p in lane.fill_processes)
-            lines.append(f"lane {lane.id} · fill {len(lane.fill_processes)} processes: {procs} · "
-                         f"sink {_threads(lane.sink_workers)}")
+        if lane.fill_processes or lane.sink_processes:
+            lines.append(f"lane {lane.id} · fill {_pool(lane.fill_workers, lane.fill_processes)} · "
+                         f"sink {_pool(lane.sink_workers, lane.sink_processes)}")
         else:
             alike.setdefault((lane.fill_workers, lane.sink_workers), []).append(lane.id)
     threaded = [f"{_lane_ids(ids)} · fill {_threads(fill)} · sink {_threads(sink)}"

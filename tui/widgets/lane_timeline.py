@@ -174,10 +174,12 @@ class LaneTimeline(Widget):
         lines.append([])
         for lane in snap.lanes:
             occ = f.occupancy.get(lane.id, {})
-            procs = " proc" if lane.fill_processes else ""  # fills in worker processes ([host] fill_pool)
+            # " proc": the phase runs in worker processes ([host] fill_pool, sink_pool)
+            pools = (f"fill ×{lane.fill_workers}{' proc' if lane.fill_processes else ''} "
+                     f"sink ×{lane.sink_workers}{' proc' if lane.sink_processes else ''}")
             lines.append(_fit([([Segment(f"lane {lane.id}", head)], 0), ([Segment(lane.status, base)], 0),
                                ([Segment(f"depth {lane.depth}", base)], 1),
-                               ([Segment(f"fill ×{lane.fill_workers}{procs} sink ×{lane.sink_workers}", base)], 1),
+                               ([Segment(pools, base)], 1),
                                ([Segment(f"{lane.batches_done:,} batches", base)], 2)], width, base))
             for p, phase in enumerate(PHASES):
                 style = self._style(f"lane-timeline--{phase}")
