@@ -225,3 +225,9 @@ def gil_load(handle: tuple[int, int], row: np.ndarray) -> None:
     """The GIL-bound profile's ``load(handle, row)``: pure-Python work, then the row."""
     py_spin(handle[1])
     row[...] = 0.5
+
+
+def gil_write(key: str, out: np.ndarray) -> None:
+    """A callable sink's ``target`` that holds the GIL: ``WD_BENCH_WRITE_ITERS`` spins per output
+    (pure-Python encoding), read from the environment, which sink worker processes inherit."""
+    py_spin(int(os.environ.get("WD_BENCH_WRITE_ITERS", "1")))

@@ -268,7 +268,7 @@ class Dispatcher:
         if len(ok) < self.s.tuner.records_needed(lane.id):
             return
         if lane.warming(ok[0].start):
-            # A fill worker process started during this window: its fills queued for fewer workers
+            # A fill (sink) worker process started during this window: its batches queued for fewer workers
             # than the tuner set, and judged now, the workers it just added would be taken back
             # (run 7 on 16 cores stopped at 1 where 8 ran 5x faster). The next window judges.
             return

@@ -63,8 +63,8 @@ class LaneLike(Protocol):
         ...
 
     def warming(self, since: float) -> bool:
-        """Whether a fill worker process of its was starting at some time after ``since`` (a window
-        of fills that waited for a start is not judged)."""
+        """Whether a fill or sink worker process of its was starting at some time after ``since`` (a window
+        of batches that waited for a start is not judged)."""
         ...
 
     def inflight_ids(self) -> tuple[int, ...]:

@@ -189,8 +189,9 @@ class Lane:
         self.fill.switch(on, self.workers(Phase.FILL))
 
     def warming(self, since: float) -> bool:
-        """Whether a fill worker process was starting at some time after ``since``."""
-        return self.fill.warming(since)
+        """Whether a fill or sink worker process was starting at some time after ``since``."""
+        procs = self.sink_processes
+        return self.fill.warming(since) or (procs is not None and procs.warming(since))
 
     def inflight_ids(self) -> tuple[int, ...]:
         """Ids of the batches this lane holds between h2d and sink (readable from another thread:
