@@ -42,10 +42,10 @@ from warpdeck.engine.run.lane_protocols import LaneHost
 from warpdeck.engine.run.phase_times import phase_cpu, phase_spans
 from warpdeck.engine.run.process_fill import ProcessFill
 from warpdeck.engine.run.process_sink import ProcessSink
-from warpdeck.engine.run.slots import Buffer, Slot, counted_outputs, output_bytes
+from warpdeck.engine.run.slots import Buffer, Slot, SlotRing, counted_outputs, output_bytes
 from warpdeck.engine.state.batches import Batch, BatchKey
 from warpdeck.engine.state.records import BatchRecord, StagePlan, root_failure
-from warpdeck.engine.state.snapshot import LaneStatus, LaneView, SlotState, SlotView
+from warpdeck.engine.state.snapshot import LaneStatus, LaneView
 from warpdeck.engine.state.task_states import Phase, StallReason
 
 __all__ = ["Lane"]
@@ -96,11 +96,6 @@ class _Filling:
     """Whether it memory-stalled is decided."""
 
 
-_SLOT_STATE: dict[Phase, SlotState] = {
-    Phase.NONE: "free", Phase.FILL: "filling", Phase.H2D: "h2d", Phase.COMPUTE: "computing",
-    Phase.D2H: "d2h", Phase.SINK: "readable"}
-
-
 class Lane:
     """One pipeline instance on a device: a ring of ``slot_depth`` slots and five ordered streams."""
 
@@ -128,14 +123,12 @@ class Lane:
             sink_processes.resize(sink_workers)
         if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
             depth = max(depth, fill_workers + 2, sink_workers + 2)
-        self.ring: list[Slot] = [Slot(i) for i in range(depth)]
-        self._ptr = 0
-        self._next_index = depth
+        self.ring = SlotRing(backend, depth, sink_processes)
+        """The slots, and where their buffers live."""
         self._last_compute: Marker | None = None
         self.status: LaneStatus = "starting"
         self.output_blocked = False
         self.batches_done = 0
-        self.reallocations = 0
         self._inflight: dict[int, _InFlight] = {}
         self._fills: deque[_Filling] = deque()
         """Fills submitted, oldest first: the pump takes their results in batch order."""
@@ -152,17 +145,11 @@ class Lane:
     # -- ring -------------------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        return len(self.ring)
+        return self.ring.depth
 
     def set_depth(self, depth: int) -> None:
         """Grow or shrink the ring; new slots are used next, removed ones finish their batches."""
-        depth = max(2, depth)
-        while len(self.ring) < depth:
-            self.ring.insert(self._ptr, Slot(self._next_index))
-            self._next_index += 1
-        if len(self.ring) > depth:
-            keep = [self.ring[(self._ptr + i) % len(self.ring)] for i in range(depth)]
-            self.ring, self._ptr = keep, 0
+        self.ring.set_depth(depth)
 
     def workers(self, phase: Phase) -> int:
         """Threads the host phase ``phase`` (fill or sink) runs on."""
@@ -201,50 +188,18 @@ class Lane:
     @property
     def nbytes(self) -> int:
         """Bytes held by this lane's slot buffers."""
-        return sum(s.nbytes for s in self.ring)
+        return self.ring.nbytes
 
     @property
     def slot_bytes(self) -> int:
         """Bytes of one slot's buffers (the first slot's: all grow alike)."""
-        return self.ring[0].nbytes if self.ring else 0
+        return self.ring.slot_bytes
 
     def view(self) -> LaneView:
         """The lane as the control room shows it: depth, status, and what holds each slot."""
-        slots = []
-        for sl in self.ring:
-            a, b, c, d = (buf.holder if not buf.release.done() else -1 for buf in sl.buffers())
-            state = _SLOT_STATE[sl.newest_phase] if a >= 0 or b >= 0 or c >= 0 or d >= 0 or sl.newest_phase else "free"
-            slots.append(SlotView(sl.index, state, (a, b, c, d)))
         return LaneView(self.id, self.depth, self.status, self.output_blocked, self.batches_done, self.nbytes,
-                        tuple(slots), self.workers(Phase.FILL), self.workers(Phase.SINK), self.fill.views(),
+                        self.ring.views(), self.workers(Phase.FILL), self.workers(Phase.SINK), self.fill.views(),
                         self.sink_processes.views() if self.sink_processes is not None else ())
-
-    def _next_slot(self) -> Slot:
-        slot = self.ring[self._ptr % len(self.ring)]
-        self._ptr = (self._ptr + 1) % len(self.ring)
-        return slot
-
-    def _ensure(self, b: Buffer, nbytes: int, device: bool) -> None:
-        if b.cap >= nbytes:
-            return
-        if b.cap:
-            self.reallocations += 1
-        b.buf = self.backend.device_buffer(nbytes) if device else self.backend.host_buffer(nbytes)
-        b.cap = nbytes
-
-    def _ensure_output(self, b: Buffer, nbytes: int) -> None:
-        """The slot's pinned output, in shared memory where sink worker processes read it."""
-        procs = self.sink_processes
-        if procs is None:
-            self._ensure(b, nbytes, False)
-            return
-        if b.cap >= nbytes and b.shared is not None:
-            return
-        if b.shared is not None:
-            self.reallocations += 1
-            procs.release(b.shared)  # free: the batch that last used it is past its sink
-        b.shared = procs.buffer(nbytes)
-        b.buf, b.cap = b.shared.array, nbytes
 
     # -- run --------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -303,7 +258,7 @@ class Lane:
         """Take a free slot, then a batch, and submit its fill: the fill stream always has the
         next batch waiting behind the running one, as the device streams do."""
         while True:
-            slot = self._next_slot()
+            slot = self.ring.next()
             self.status = "waiting for slot"
             await slot.host_in.release.wait()
             self.status = "waiting for input"
@@ -382,7 +337,7 @@ class Lane:
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
         if self.fill.input_buffer(slot.host_in, in_bytes):
-            self.reallocations += 1
+            self.ring.reallocations += 1
         load = self.fill.loader(slot.host_in)
         host_in = self.backend.view(slot.host_in.buf, in_shape, in_dtype)
         slot.newest, slot.newest_phase = batch.id, Phase.FILL
@@ -460,13 +415,13 @@ class Lane:
         batch, slot, plan, fill_m, host_release = f.batch, f.slot, f.plan, f.fill, f.release
         n = in_shape[0]
         in_bytes, out_bytes = f.in_bytes, f.out_bytes
-        self._ensure(slot.dev_in, in_bytes, True)
-        self._ensure(slot.dev_out, out_bytes, True)
-        self._ensure_output(slot.host_out, out_bytes)
+        self.ring.ensure(slot.dev_in, in_bytes, True)
+        self.ring.ensure(slot.dev_out, out_bytes, True)
+        self.ring.ensure_output(slot.host_out, out_bytes)
         while len(slot.mids) < len(plan.fns) - 1:
             slot.mids.append(Buffer(Phase.COMPUTE))
         for i, m in enumerate(slot.mids[: len(plan.fns) - 1]):
-            self._ensure(m, self.batch_size * plan.mid_nbytes(i), True)
+            self.ring.ensure(m, self.batch_size * plan.mid_nbytes(i), True)
         dev_in = be.view(slot.dev_in.buf, in_shape, in_dtype)
         out_shape = (n, *plan.shapes[-1])
         dev_out = be.view(slot.dev_out.buf, out_shape, plan.dtypes[-1])

@@ -41,6 +41,16 @@ def _arenas() -> set[str]:
     return {p.name for p in default_root().iterdir() if p.name.startswith(ARENA_PREFIX) and mine in p.name}
 
 
+def _landed(where: Path, pattern: str = "t*.npy") -> list[Path]:
+    """The files a run left in ``where`` (read once the engine is done)."""
+    return sorted(where.glob(pattern))
+
+
+def _writers(where: Path) -> set[int]:
+    """The processes that wrote the outputs in ``where`` (``wd_sink`` notes each in ``<key>.pid``)."""
+    return {int(p.read_text()) for p in where.glob("*.pid")}
+
+
 def _expected(key: str, arr: np.ndarray) -> bool:
     """The stage added one to a row of the item's index (its first value: the loading thread's pid)."""
     return bool((arr.reshape(-1)[1:] == int(key[1:]) + 1).all())
@@ -57,8 +67,8 @@ async def test_an_npy_sink_writes_each_batch_from_a_worker_process_and_a_resume_
         report = await eng.wait()
         detail = eng.task_detail("t00042")
     assert report.status == "finished" and report.counts.done == COUNT
-    files = sorted(out.glob("*.npy"))
-    assert len(files) == COUNT and not list(out.glob(".*.tmp"))
+    files = _landed(out)
+    assert len(files) == COUNT and not _landed(out, ".*.tmp")
     for f in files:
         assert _expected(f.stem, np.load(f))
     assert not (out / CHECKSUMS).exists()  # settled: the finished run's journal holds every output
@@ -82,11 +92,11 @@ async def test_a_callable_sink_runs_in_the_workers_and_a_bad_output_fails_alone(
     async with Engine(spec(sink)) as eng:
         report = await eng.wait()
         bad = eng.task_detail("t00007")
-    writers = {int(p.read_text()) for p in tmp_path.glob("*.pid")}
+    writers = _writers(tmp_path)
     assert writers and os.getpid() not in writers
     assert writers <= {int(p["pid"]) for p in report.sink_processes["0"]}
     if batch:
-        assert report.counts.done == COUNT and len(list(tmp_path.glob("*.npy"))) == COUNT
+        assert report.counts.done == COUNT and len(_landed(tmp_path)) == COUNT
         return
     assert report.counts.done == COUNT - 1 and report.counts.failed == 1
     assert not (tmp_path / "t00007.npy").exists() and (tmp_path / "t00006.npy").exists()
@@ -111,8 +121,8 @@ async def test_a_sink_worker_killed_mid_batch_loses_nothing_and_writes_each_outp
         report = await eng.wait()
     assert report.counts.done == COUNT and report.counts.failed == 0
     assert any(v == victim and "SIGKILL" in why for v, why in pool.losses)
-    outs = sorted(tmp_path.glob("t*.npy"))
-    assert len(outs) == COUNT and not list(tmp_path.glob(".*.tmp"))  # one file per key, none half-written
+    outs = _landed(tmp_path)
+    assert len(outs) == COUNT and not _landed(tmp_path, ".*.tmp")  # one file per key, none half-written
     for f in outs:
         assert _expected(f.stem, np.load(f))
 
@@ -126,7 +136,7 @@ async def test_a_full_disk_in_a_worker_holds_the_writes_and_fails_nothing(tmp_pa
         report = await asyncio.wait_for(eng.wait(), 60)
         held = eng.outage.count  # type: ignore[attr-defined]
     assert report.counts.done == COUNT and report.counts.failed == 0  # no attempt was spent on the disk
-    assert held >= 1 and len(list(tmp_path.glob("t*.npy"))) == COUNT
+    assert held >= 1 and len(_landed(tmp_path)) == COUNT
 
 
 def test_a_parquet_sink_or_ray_actors_cannot_be_given_sink_processes() -> None:
