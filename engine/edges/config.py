@@ -293,7 +293,8 @@ class HostSpec(_Model):
     worker process per sink thread, each opening the sink once and writing its batch straight from
     the slot's shared memory (writes that hold the GIL: encoding in Python, your own ``target`` or
     ``write_batch``). Needs an ``npy_dir``, ``callable`` or ``null`` sink (Parquet numbers its part
-    files in the engine's process) and local lanes."""
+    files in the engine's process) and local lanes. Never chosen by the tuner: what a ``target`` keeps
+    in its own module (a list, a connection) would live in the workers."""
     process_deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     """A fill or sink worker process busy on one batch longer than this is killed and replaced; the
     batch's tasks are tried again."""
