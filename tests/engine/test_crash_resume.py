@@ -2,8 +2,9 @@
 
 Run three times: with one loading and one writing thread per lane, with three of each (issue 16:
 parallel sinks finish out of order, so a kill leaves later outputs written before earlier ones), and
-with the fill in worker processes (issue 31: a user's load function, ``[host] fill_pool``; each kill
-leaves the workers to end by themselves and their shared memory to the next start).
+with the fill and the sink in worker processes (issue 31: a user's load function, ``[host] fill_pool``,
+and the npy sink written from workers, ``[host] sink_pool``; each kill leaves the workers to end by
+themselves and their shared memory to the next start).
 And on a Parquet sink (issue 18): one part file per batch, so at the end every key is a row of
 exactly one part file, each part file renamed into place once, with the reference's values (stops
 by SIGTERM and SIGINT, on every sink: test_stop_resume.py).
@@ -50,7 +51,7 @@ fn = "wd_stages:slow_double"
 {host}"""
 
 HOSTS = {"one thread": "", "parallel": "[host]\nfill_workers = 3\nsink_workers = 3\n",
-         "processes": '[host]\nfill_pool = "processes"\nfill_workers = 2\nsink_workers = 2\n'}
+         "processes": '[host]\nfill_pool = "processes"\nsink_pool = "processes"\nfill_workers = 2\nsink_workers = 2\n'}
 SYNTHETIC = '[source]\nkind = "synthetic"\ncount = {n}\nshape = [64]\ndtype = "float32"\nseed = 11'
 ITEMS = ('[source]\nkind = "items"\nitems = "wd_fill:items_seeded"\nload = "wd_fill:load_seeded"\n'
          'shape = [64]\ndtype = "float32"\noptions = {{ count = {n} }}')
@@ -160,8 +161,9 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
     assert report["resume"]["resumed"] is True
     if threads == "parallel":
         assert report["host_threads"] == {"0": {"fill": 3, "sink": 3}, "1": {"fill": 3, "sink": 3}}
-    if threads == "processes":  # the final run's fills ran in two processes per lane
+    if threads == "processes":  # the final run's fills and writes ran in two processes per lane
         assert {lane: len(workers) for lane, workers in report["host_processes"].items()} == {"0": 2, "1": 2}
+        assert {lane: len(workers) for lane, workers in report["sink_processes"].items()} == {"0": 2, "1": 2}
     print(f"crash test: {KILLS} kills ({', '.join(moments)}); {done_before_final} outputs before the final run;"
           f" {elapsed:.1f} s in all")
 

@@ -1,6 +1,7 @@
 """Stops never corrupt an output, for every sink (issue 28).
 
-For the npy, Parquet and callable sinks, each with three sink threads: a real ``warpdeck run
+For the npy, Parquet and callable sinks, each with three sink threads, and the callable sink
+written from three worker processes (issue 31, ``[host] sink_pool``): a real ``warpdeck run
 --headless`` stopped by SIGTERM, by SIGINT, and by SIGTERM while an outage holds its writes, each at
 20 seeded moments (by time since launch, so start-up too, or by outputs landed), resumed after
 each. After every stop, every output in place holds exactly the values an uninterrupted run gives
@@ -58,6 +59,7 @@ fn = "wd_stages:spread"
 [host]
 fill_workers = 2
 sink_workers = 3
+{pool}
 [faults]
 outage_timeout_s = 60
 """
@@ -66,14 +68,17 @@ SINKS = {
     "npy": 'kind = "npy_dir"\npath = "{out}"',
     "parquet": 'kind = "parquet"\npath = "{out}"\nrow_group_size = 64',
     "callable": 'kind = "callable"\ntarget = "wd_file_sink:save"',
+    "callable-in-processes": 'kind = "callable"\ntarget = "wd_file_sink:save"',
 }
+"""Each sink's spec section; ``-in-processes``: the same sink written from worker processes (``[host] sink_pool``)."""
 ENDINGS = {"SIGTERM": (signal.SIGTERM, False), "SIGINT": (signal.SIGINT, False),
            "SIGTERM-in-outage": (signal.SIGTERM, True)}
 
 
 def _spec(tmp: Path, sink: str, out: Path) -> Path:
     spec = tmp / f"{sink}.toml"
-    spec.write_text(SPEC.format(batch=BATCH, n=N, inp=IN, sink=SINKS[sink].format(out=out)))
+    pool = 'sink_pool = "processes"' if sink.endswith("-in-processes") else ""
+    spec.write_text(SPEC.format(batch=BATCH, n=N, inp=IN, sink=SINKS[sink].format(out=out), pool=pool))
     return spec
 
 
