@@ -62,3 +62,30 @@ def test_an_arena_on_disk_is_refused_with_the_folder_and_the_fix(tmp_path: Path)
             backend.shared_host_buffer(arena, 1 << 20)
         assert arena.nbytes == 0  # the refused buffer was let go
     backend.close()
+
+
+async def test_a_run_on_the_card_loads_and_writes_in_worker_processes_through_registered_slots(tmp_path: Path) -> None:
+    from warpdeck.engine.api import Engine, parse_spec
+
+    def spec(backend: str, out: Path, pools: dict[str, object]) -> object:
+        return parse_spec({
+            "name": f"shared-{backend}", "backend": backend, "batch_size": 16,
+            "source": {"kind": "items", "items": "wd_fill:items_seeded", "load": "wd_fill:load_seeded",
+                       "shape": [64], "dtype": "float32", "options": {"count": 640}},
+            "sink": {"kind": "npy_dir", "path": str(out)}, "stages": [{"fn": "wd_stages:double"}],
+            "host": pools})
+
+    outs = {}
+    for backend, pools in (("numpy", {}), ("cupy", {"fill_pool": "processes", "sink_pool": "processes",
+                                                    "fill_workers": 2, "sink_workers": 2})):
+        out = tmp_path / backend
+        async with Engine(spec(backend, out, pools), tmp_path / f"run-{backend}") as eng:  # type: ignore[arg-type]
+            report = await eng.wait()
+        assert report.status == "finished" and report.counts.done == 640, report.counts
+        if backend == "cupy":  # the card read and wrote the workers' shared slots
+            assert len(report.host_processes["0"]) == 2 and len(report.sink_processes["0"]) == 2
+        outs[backend] = out
+    names = sorted(p.name for p in outs["numpy"].glob("*.npy"))
+    assert len(names) == 640 and names == sorted(p.name for p in outs["cupy"].glob("*.npy"))
+    for name in names:
+        np.testing.assert_array_equal(np.load(outs["cupy"] / name), np.load(outs["numpy"] / name), err_msg=name)
