@@ -37,10 +37,11 @@ def _in_processes() -> object:
         "source": {"kind": "items", "items": "wd_fill:items_many", "load": "wd_fill:load_slow",
                    "shape": [4, 8], "dtype": "float64"},
         "sink": {"kind": "null"}, "stages": [{"fn": "wd_stages:sleep_100ms"}],
-        "host": {"fill_pool": "processes", "fill_workers": 2, "sink_workers": 1}}, "<test>")
+        "host": {"fill_pool": "processes", "fill_workers": 2, "sink_pool": "processes", "sink_workers": 2}},
+        "<test>")
 
 
-async def test_the_workers_screen_names_each_fill_process_of_a_running_engine(tmp_path: Path) -> None:
+async def test_the_workers_screen_names_each_fill_and_sink_process_of_a_running_engine(tmp_path: Path) -> None:
     async with engine_app(tmp_path, _in_processes()) as (app, pilot, _link):  # type: ignore[arg-type]
         await pilot.press("2")
         shown = app.screen.query_one("#host-pools")
@@ -48,12 +49,12 @@ async def test_the_workers_screen_names_each_fill_process_of_a_running_engine(tm
         def pools() -> str:
             return str(shown.render())
 
-        await until(pilot, lambda: "fill 2 processes" in pools(), 30)
+        await until(pilot, lambda: "fill 2 processes" in pools() and "sink 2 processes" in pools(), 30)
         snap = app.snapshot
         assert snap is not None
-        pids = [p.pid for p in snap.lanes[0].fill_processes]
-        assert len(pids) == 2 and os.getpid() not in pids
+        lane = snap.lanes[0]
+        pids = [p.pid for p in lane.fill_processes + lane.sink_processes]
+        assert len(set(pids)) == 4 and os.getpid() not in pids
         for pid in pids:  # real processes, named as top -p would find them
             assert f"pid {pid} " in pools()
             os.kill(pid, 0)  # a live process: raises if there is none
-        assert "sink 1 thread" in pools()
