@@ -39,7 +39,7 @@ class HostThreads:
     cap: int
     why: ThreadCap = "tuned"
     processes: bool = False
-    """Each thread hands its work to a worker process of its own (``[host] fill_pool``)."""
+    """Each thread hands its work to a worker process of its own (``[host] fill_pool``, ``sink_pool``)."""
 
 
 _ADVICE: dict[ThreadCap, str] = {
@@ -102,8 +102,11 @@ def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | 
     unit, units = ("process", "processes") if threads.processes else ("thread", "threads")
     head = f"bottleneck: {phase} {ms_per_batch:.3g} ms/batch on {n} {unit if n == 1 else units}; {busy}"
     advice = _ADVICE[threads.why].format(phase=phase, now=n, cores=cores, unit=unit, units=units)
-    if phase == "fill" and threads.why == "saturated" and not threads.processes:
-        advice += '; where it holds the GIL, [host] fill_pool = "processes" loads on every core'
+    if threads.why == "saturated" and not threads.processes:
+        if phase == "fill":
+            advice += '; where it holds the GIL, [host] fill_pool = "processes" loads on every core'
+        elif phase == "sink":
+            advice += '; where it holds the GIL, [host] sink_pool = "processes" writes on every core'
     if memory_stall and threads.why == "tuned":
         advice += " (the device waits for inputs meanwhile)"
     return f"{head}; {advice}"
