@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.sources import Source
 from warpdeck.engine.run.batching import ReadyQueue
-from warpdeck.engine.state.batches import TaskInput
+from warpdeck.engine.state.batches import BatchKey, TaskInput
 from warpdeck.engine.state.part_views import FeederState
 from warpdeck.engine.state.tasks import TaskTable
 
@@ -137,11 +137,17 @@ class Feeder:
 
     def admit(self, items: list[TaskInput]) -> None:
         """Add pulled items to the table and the ready queue."""
-        rows = self.table.add([t.key for t in items], [t.batch_key.nbytes for t in items])
+        rows = self.table.add([t.key for t in items], _nbytes(items))
         if self.prepare is not None:
             self.prepare(rows, items)
         withheld = self.withheld
-        for row, item in zip(rows.tolist(), items, strict=True):
+        row_list = rows.tolist()
+        if not withheld and not any(t.error for t in items):  # the usual case: every item goes to the queue
+            self.handles.update(zip(row_list, items, strict=True))
+            self.ready.put_many(row_list, items)
+            self._on_admit()
+            return
+        for row, item in zip(row_list, items, strict=True):
             if withheld and item.key in withheld:
                 withheld.discard(item.key)
                 self.cancelled_on_admit.append(row)
@@ -181,3 +187,16 @@ class Feeder:
                 self._wake.clear()
                 if self.wanted() <= 0:
                     await self._wake.wait()
+
+
+def _nbytes(items: Sequence[TaskInput]) -> list[int]:
+    """Each item's input bytes; its key's size is looked up only where the key changes."""
+    out: list[int] = []
+    last: BatchKey | None = None
+    size = 0
+    for t in items:
+        key = t.batch_key
+        if key is not last:
+            last, size = key, key.nbytes
+        out.append(size)
+    return out

@@ -49,6 +49,20 @@ def test_batches_never_mix_batching_keys() -> None:
     assert len(q) == 0
 
 
+def test_put_many_queues_as_put_does_each_key_in_arrival_order() -> None:
+    # Keys equal but not the same object, interleaved: put_many looks a key up again where it changes.
+    keys = [KEY_A, KEY_A, KEY_B, BatchKey("array", (4,), "float32"), KEY_C, KEY_B, KEY_A]
+    one, many = ReadyQueue(3, 1.0, clock=FakeClock()), ReadyQueue(3, 1.0, clock=FakeClock())
+    for row, key in enumerate(keys):
+        one.put(row, item(row, key))
+    many.put_many(range(len(keys)), [item(row, key) for row, key in enumerate(keys)])
+    assert len(many) == len(one) == len(keys) and many.divergence == one.divergence == 3
+    while (a := one.take(flush=True)) is not None:
+        b = many.take(flush=True)
+        assert b is not None and (b.key, rows_of(b)) == (a.key, rows_of(a))
+    assert many.take(flush=True) is None and len(many) == 0
+
+
 def test_full_batch_is_taken_without_waiting_for_the_timeout() -> None:
     q = ReadyQueue(batch_size=4, timeout_s=10.0, clock=FakeClock())
     fill(q, range(3))
