@@ -12,6 +12,10 @@ The decisions this module protects:
   asking the sink (``resume.py``).
 - The journal shadows the table and is never a second source of truth: ``JournaledTable``
   records each transition after the table accepted it, so an illegal move never reaches the disk.
+- A task that one commit both starts and finishes is written once, as done with its start's batch,
+  epoch and attempts (``_started_and_done``): the state the two statements would leave, found only
+  where no record between them could touch the task. A quarter to a third less SQLite work per
+  task where batches take less than a commit interval.
 - WAL with ``synchronous=NORMAL``: a killed process loses nothing committed; an OS crash may lose
   the last transactions, which a resume then redoes.
 - One engine per run directory at a time, enforced with ``flock`` (released by the kernel when
@@ -385,17 +389,27 @@ class Journal:
         c = self._conn
         keys = self._keys
         now = time.time()
+        finishing = _started_and_done(ops)
         c.execute("BEGIN")
-        for op in ops:
+        for i, op in enumerate(ops):
             kind = op[0]
             if kind == "start":
                 _, rows, batch, attempts, epoch = op
+                done = finishing.get(i)
+                if done is not None:  # started and done in this transaction: one statement for both
+                    both = np.isin(rows, done)
+                    c.executemany("UPDATE tasks SET state=2, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
+                                  [(batch, epoch, a, now, keys[r]) for r, a in zip(rows[both].tolist(),
+                                                                                    attempts[both].tolist(),
+                                                                                    strict=True)])
+                    rows, attempts = rows[~both], attempts[~both]
                 c.executemany("UPDATE tasks SET state=1, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
                               [(batch, epoch, a, now, keys[r]) for r, a in zip(rows.tolist(), attempts.tolist(),
                                                                                 strict=True)])
             elif kind == "done":
-                c.executemany("UPDATE tasks SET state=2, updated=? WHERE key=?",
-                              [(now, keys[r]) for r in op[1].tolist()])
+                if finishing.get(-1 - i) is None:  # not already written with its start
+                    c.executemany("UPDATE tasks SET state=2, updated=? WHERE key=?",
+                                  [(now, keys[r]) for r in op[1].tolist()])
             elif kind == "add":
                 c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 1, ?)"
                               " ON CONFLICT(key) DO NOTHING", [(keys[r], now) for r in op[1].tolist()])
@@ -420,6 +434,48 @@ class Journal:
             elif kind == "cancel_applied":
                 c.executemany("DELETE FROM cancels WHERE key=?", [(k,) for k in op[1]])
         c.execute("COMMIT")
+
+
+_BY_KEY = frozenset(("done_keys", "end", "requeue"))
+"""Records that name their tasks by key, not by row: which rows they touch is not looked up."""
+
+
+def _started_and_done(ops: Sequence[tuple[Any, ...]]) -> dict[int, Any]:
+    """The rows one transaction both starts and finishes, to be written once, as done with their
+    start's batch, epoch and attempts: the final state the two statements leave, at a third less
+    SQLite work per task where batches take less than a commit interval. For each ``done`` record:
+    the nearest earlier record that touches any of its rows (``start``, ``done``, ``add`` by rows;
+    a record by key stops the search: it may touch them) must be a ``start`` holding all of them.
+    Keys: the start's index, with the rows it finishes; and ``-1 - i`` for each done record ``i``
+    so merged."""
+    merged: dict[int, Any] = {}
+    bounds: dict[int, tuple[int, int]] = {}
+
+    def span(j: int) -> tuple[int, int]:  # the rows' range: most records are disjoint by it alone
+        if j not in bounds:
+            rows = ops[j][1]
+            bounds[j] = (int(rows.min()), int(rows.max())) if len(rows) else (0, -1)
+        return bounds[j]
+
+    for i, op in enumerate(ops):
+        if op[0] != "done" or not len(op[1]):
+            continue
+        rows = op[1]
+        lo, hi = span(i)
+        for j in range(i - 1, -1, -1):
+            other = ops[j]
+            if other[0] in _BY_KEY:
+                break
+            if other[0] not in ("start", "done", "add"):
+                continue
+            olo, ohi = span(j)
+            if ohi < lo or olo > hi or not np.isin(rows, other[1]).any():
+                continue
+            if other[0] == "start" and j not in merged and np.isin(rows, other[1]).all():
+                merged[j] = rows
+                merged[-1 - i] = rows
+            break
+    return merged
 
 
 def _renumber_attempts(conn: sqlite3.Connection, schema: str) -> None:

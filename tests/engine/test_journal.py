@@ -320,3 +320,30 @@ async def test_a_schema_1_journal_numbered_from_0_is_renumbered_from_1_once_when
                                      "k002": (int(State.FAILED), 3), "k003": (int(State.DONE), 1)}
         with _db(tmp_path) as c:
             assert c.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("2",)
+
+
+def test_tasks_started_and_done_in_one_commit_are_written_once_and_end_as_both_would_leave_them(
+        tmp_path: Path) -> None:
+    from warpdeck.engine.edges.journal import SpecIdentity
+    from warpdeck.engine.state.tasks import TaskAttempt
+
+    keys = [f"t{i}" for i in range(10)]
+    journal, _ = Journal.open(tmp_path, SpecIdentity("once", "0"), interval=3600)  # one commit, at flush
+    journal.attach(keys)
+    rows = np.arange(10, dtype=np.int64)
+    journal.admitted(rows)
+    journal.started(rows[:4], 5, np.full(4, 2, np.int16))            # batch 5: rows 0-3
+    journal.started(rows[4:8], 6, np.full(4, 1, np.int16))           # batch 6: rows 4-7, pipelined
+    journal.finished(rows[:3])                                       # 3 of batch 5 done, row 3 still running
+    journal.requeued(["t4"], [2], [TaskAttempt(1, "requeued", 1.0, "worker lost")])  # by key: stops a merge
+    journal.finished(rows[5:8])                                      # batch 6's rest: written on their own
+    journal.started(rows[8:], 7, np.full(2, 3, np.int16))
+    journal.finished(rows[8:])
+    assert journal.flush(10)
+    journal.close()
+    with sqlite3.connect(tmp_path / JOURNAL_NAME) as c:
+        got = {k: (s, b, a) for k, s, b, a in c.execute("SELECT key, state, batch, attempts FROM tasks")}
+    assert got == {
+        "t0": (2, 5, 2), "t1": (2, 5, 2), "t2": (2, 5, 2), "t3": (1, 5, 2),
+        "t4": (0, -1, 2), "t5": (2, 6, 1), "t6": (2, 6, 1), "t7": (2, 6, 1),
+        "t8": (2, 7, 3), "t9": (2, 7, 3)}
