@@ -14,6 +14,8 @@ The decisions this module protects:
   buys one thread on trial where the budget is the whole machine (a core idle while the device
   waits is wasted); a budget set below the machine's cores (``[host] cpu_cores``) is never passed.
   The ring grows so every thread has a slot (depth >= threads + 2), within the memory budget.
+  A phase whose threads ran less than half of the window gets none: the device waits for what
+  hands the lane work (the engine's loop), and another thread would idle too.
   Otherwise the device waits for jitter, which a deeper ring absorbs (``DepthTuner``), or for the
   engine itself, which nothing here fixes.
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
@@ -314,7 +316,16 @@ class Autotuner:
             # second thread to get ahead of its tail); else the device waits for jitter, or for
             # the engine itself: threads would not help, depth might.
             host = max(open_, key=lambda p: per_thread[p - 1])
-            if per_thread[host - 1] * _MARGIN > compute:
+            ran = self._ran(host, now, w)
+            if per_thread[host - 1] * _MARGIN > compute and ran < _MOSTLY:
+                # Its threads sat idle most of the window: the device waits for what hands them work
+                # (the engine's own loop, a batch of one task), and another thread would idle too (a
+                # no-op run at batch 1 went to 6 fill and 6 sink threads, each switch costing the loop).
+                name = host.name.lower()
+                self._hold((lane, host), "idle", now.depth, idle,
+                           f"{name} {self._unit(now, host)} idle most of the window: the device waits for "
+                           f"the engine, not the {name}")
+            elif per_thread[host - 1] * _MARGIN > compute:
                 grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
                 if grown is not None:
                     return grown
@@ -333,6 +344,10 @@ class Autotuner:
         i = worst - 1
         span = w.span_s[i] * (now.workers(worst) if worst in _HOST else 1)
         b_idle = max(0.0, 1.0 - w.busy_s[i] / span) if span > 0 else 0.0
+        if b_idle > 1.0 - _MOSTLY:
+            # The slowest phase idled most of the window: not jitter that a deeper ring absorbs, but
+            # too little work handed to it (the no-op run at batch 1 went to depth 16 for nothing).
+            return now
         depth = self.depth.decide(lane, now.depth, b_idle, slot_bytes, used_bytes)
         if depth > now.depth:
             self.depth_trial[lane] = (now.depth, idle)
@@ -406,6 +421,13 @@ class Autotuner:
         if self.process_cores > self.cpu_cores - _SPARE_FOR_GIL:
             return False  # the cores, not the GIL, may hold it: processes would not help
         return w.cpu_share(phase) * have < burned * (1 + _GIL_GROWTH * (have / had - 1))
+
+    @staticmethod
+    def _ran(phase: Phase, now: LaneSettings, w: Window) -> float:
+        """Share of the window ``phase``'s threads ran a job (1: every thread always busy)."""
+        i = phase - 1
+        span = w.span_s[i] * now.workers(phase)
+        return min(1.0, w.busy_s[i] / span) if span > 0 else 1.0
 
     def _try_processes(self, lane: int, then: LaneSettings, phase: Phase, rate: float, workers: int,
                        w: Window) -> LaneSettings:

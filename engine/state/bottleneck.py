@@ -8,6 +8,9 @@ The decisions this module protects:
   the count is pinned in the spec; or the device itself is the bound, said only when it is busy
   at least 90 % of the time (issue 31): a device that is the slowest phase but idles more is
   held by what the run measured it waiting for (inputs, the sink) or by the engine's own loop.
+  No phase is named when even the one with the least capacity ran under half of the time: its
+  threads idle, so neither more of them nor a faster phase would help (a no-op run at batch 1 was
+  told "sink at its cap: add cores" with its sink busy 2 % of the time).
 - How many threads a host phase could have (``HostThreads``) is the tuner's knowledge; the
   figures only read it, so this module imports nothing of the run.
 """
@@ -18,16 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEVICE_BOUND", "DeviceWaits", "HostThreads", "ThreadCap", "describe_bottleneck", "more_lanes_words"]
+__all__ = ["DEVICE_BOUND", "DeviceWaits", "HostThreads", "ThreadCap", "describe_bottleneck", "describe_engine_bound",
+           "more_lanes_words"]
 
 _NO_GAIN = 1.05
 """Below this speedup more lanes are not worth offering."""
 _HELD_BY = {"cores": "the cores are busy", "device": "the device is busy"}
 
-ThreadCap = Literal["tuned", "pinned", "max", "cpu", "saturated", "memory", "depth"]
+ThreadCap = Literal["tuned", "pinned", "max", "cpu", "saturated", "memory", "depth", "idle"]
 """Why a host phase has no more threads: still tuned (``tuned``), pinned by the spec, at the tuner's ``max_workers``, at
-the CPU budget, shown not to speed up with threads (``saturated``), out of memory for the slot another thread needs, or
-held by a depth an operator set."""
+the CPU budget, shown not to speed up with threads (``saturated``), out of memory for the slot another thread needs,
+held by a depth an operator set, or idle most of the time (``idle``: what hands it work is slower)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ _ADVICE: dict[ThreadCap, str] = {
                  "or fewer, larger writes/reads",
     "memory": "no memory for the slot another {phase} {unit} needs: raise [feeder] memory_budget_mb",
     "depth": "the depth set by hand leaves no slot for another {phase} {unit}: raise it (+)",
+    "idle": "its {units} idle most of the time, so another would too",
 }
 
 
@@ -110,6 +115,24 @@ def describe_bottleneck(phase: str, ms_per_batch: float, threads: HostThreads | 
     if memory_stall and threads.why == "tuned":
         advice += " (the device waits for inputs meanwhile)"
     return f"{head}; {advice}"
+
+
+_FED_SLOWLY = 0.25
+"""Lanes that waited for batches this share of the run were held by their inputs, not the loop."""
+
+
+def describe_engine_bound(busiest: str, ran: float, device_busy: float, waits: DeviceWaits, elapsed_s: float) -> str:
+    """One line for a run whose phases all idle most of the time: the busiest (``busiest``) ran only
+    ``ran`` of it, so no phase holds the device; what hands them work does: the source, where the
+    lanes waited for batches at least a quarter of the ``elapsed_s`` run, else the engine's loop."""
+    if waits.memory_s >= _FED_SLOWLY * elapsed_s:
+        why = (f"the lanes waited {waits.memory_s:.1f} s for batches: the source or the feeder "
+               "(a faster source, or a higher [feeder] high_watermark)")
+    else:
+        why = (f"the gaps between batches are the engine's own (its loop: {waits.loop_ms_per_batch:.2g} ms per "
+               "batch): larger batches")
+    return f"bottleneck: none of the phases (the busiest, {busiest}, ran {ran:.0%} of the time); device busy " \
+           f"{device_busy:.0%}: {why}"
 
 
 def more_lanes_words(amdahl: Mapping[str, float], limit: str) -> str:

@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from warpdeck.engine.state.bottleneck import DEVICE_BOUND, DeviceWaits, HostThreads, describe_bottleneck
+from warpdeck.engine.state.bottleneck import (
+    DEVICE_BOUND,
+    DeviceWaits,
+    HostThreads,
+    describe_bottleneck,
+    describe_engine_bound,
+)
 from warpdeck.engine.state.read_only import LaneFigures, NamedFigures, read_only_by_lane, set_read_only
 from warpdeck.engine.state.records import BatchRecord
 from warpdeck.engine.state.task_states import RUN_PHASES, Phase, StallReason
@@ -266,7 +272,8 @@ class MetricsAccumulator:
         base = amdahl_speedup(s, self.lanes)
         amdahl = {f"p={p if not math.isinf(p) else 'inf'}": min(amdahl_speedup(s, p) / base, headroom)
                   for p in (self.lanes + 1, 2 * self.lanes, math.inf)}
-        bottleneck_phase, bottleneck = self._bottleneck(caps_now, cpu_cap, threads, means, device_busy, cores)
+        bottleneck_phase, bottleneck = self._bottleneck(caps_now, cpu_cap, threads, means, device_busy, cores, steady,
+                                                        elapsed)
         return Figures(
             elapsed_s=elapsed, tasks_done=done, tasks_failed=failed, batches=self.batches,
             throughput_tasks_s=done / elapsed, throughput_bytes_s=self.nbytes / elapsed,
@@ -309,9 +316,10 @@ class MetricsAccumulator:
                 ts[i] += dt * (ht[_HOST[i]].now if ht is not None and i in _HOST else 1)
 
     def _bottleneck(self, caps_now: dict[int, float], cpu_cap: float, threads: LaneThreads, means: np.ndarray,
-                    device_busy: float, cores: float) -> tuple[str, str]:
+                    device_busy: float, cores: float, steady: float, elapsed: float) -> tuple[str, str]:
         """The phase with the least capacity now (or the cores, when the CPU all phases need is the
-        bound and no one phase needs most of it), and its sentence."""
+        bound and no one phase needs most of it; or ``engine`` when even that phase idled most of the
+        time at the ``steady`` rate), and its sentence."""
         if not caps_now:
             return "", ""
         if device_busy >= DEVICE_BOUND:
@@ -320,6 +328,11 @@ class MetricsAccumulator:
             return "compute", describe_bottleneck("compute", float(means[_COMPUTE]) * 1e3, None, device_busy, cores)
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
+        if steady < _IDLE_PHASES * min(caps_now[i], cpu_cap):
+            # Neither a phase nor the cores: what hands the phases work (the loop, the inputs) holds them.
+            waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
+                                self.serial_s / self.batches * 1e3 if self.batches else 0.0)
+            return "engine", describe_engine_bound(_PHASE_NAMES[i], steady / caps_now[i], device_busy, waits, elapsed)
         if cpu_cap < caps_now[i]:
             if burning not in _HOST or self.w_cpu[burning] < 0.5 * sum(self.w_cpu):
                 return "cpu", (f"bottleneck: CPU ({cores:g} cores busy with host and stage work); device busy "
@@ -439,6 +452,10 @@ class _DeviceBusy:
                                                   - self.lane_first[lane]))
                    for lane, b in sorted(self.lane_busy.items())}
         return min(1.0, union / max(1e-9, end - self.first)), by_lane
+
+
+_IDLE_PHASES = 0.5
+"""A bottleneck phase that ran less than this share of the time at the steady rate holds nothing."""
 
 
 def _zeros() -> list[float]:

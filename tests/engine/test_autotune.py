@@ -193,6 +193,24 @@ def test_a_deeper_ring_that_leaves_the_device_as_idle_is_taken_back_and_not_trie
     assert any("did not help" in d.reason for d in tuner.decisions)
 
 
+def test_phases_that_idle_most_of_the_time_get_no_thread_and_no_slot() -> None:
+    # A no-op pipeline at batch 1: every phase takes microseconds and the device idles 95 % of the
+    # time, waiting for the engine's loop to hand the lane its next batch. The fill is slower than
+    # compute (it would get threads), but its one thread ran a tenth of the time: a second would
+    # idle too, and so would a deeper ring. The tuner says why and changes nothing.
+    tuner = _tuner()
+    model = Model(0.0002, 0.0001, sink_s=0.0001, floor=0.95)
+    assert model.window(LaneSettings(2, 1, 1)).device_idle > 0.9
+    seen = _tune(model, tuner)
+    assert set(seen) == {LaneSettings(2, 1, 1)}
+    idle = [d.reason for d in tuner.decisions]
+    assert idle == ["fill threads idle most of the window: the device waits for the engine, not the fill"], idle
+    assert tuner.threads([_Lane(seen[-1])])[0][0].why == "idle"
+    # The same fill, busy: it idles no more than the device waits on it, and gets its threads.
+    busy = _tuner()
+    assert _tune(Model(0.0002, 0.0001, sink_s=0.0001), busy)[-1].fill > 1
+
+
 def test_a_phase_with_no_cpu_measured_still_gets_threads() -> None:
     # A remote (Ray) lane's records carry no CPU times: the phase costs no budget, it is not infinite.
     seen = _tune(Model(0.030, 0.010, fill_cpu=0.0), _tuner())

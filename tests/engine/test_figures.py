@@ -209,3 +209,26 @@ def test_a_device_busy_under_90_percent_is_never_called_the_bound(stall: str | N
     assert f.device_busy < 0.9 and f.bottleneck_phase == "compute"
     assert "the device is the bound" not in f.bottleneck
     assert "under 90%" in f.bottleneck and words in f.bottleneck, f.bottleneck
+
+
+@pytest.mark.parametrize(("waited_s", "words"), [
+    (0.0, "the gaps between batches are the engine's own"),
+    (0.5, "the lanes waited 0.5 s for batches: the source or the feeder"),
+])
+def test_phases_that_idle_most_of_the_time_are_not_called_the_bottleneck(waited_s: float, words: str) -> None:
+    # A no-op run at batch 1 was told "sink 0.009 ms/batch on 2 threads ...: add cores or a faster
+    # sink" with its sink busy 2 % of the time: every phase takes microseconds and a batch comes
+    # each millisecond. The line names what hands the phases work instead.
+    acc = MetricsAccumulator(lanes=1)
+    for i in range(100):
+        t = 1.0 + 0.001 * i
+        acc.add(_rec(i, 0, (t, t + 2e-5), (t + 3e-5, t + 4e-5), (t + 5e-5, t + 8e-5), cpu=(2e-5, 0, 1e-5, 0, 3e-5)))
+    if waited_s:
+        acc.add_stall(StallReason.MEMORY, waited_s)
+    f = acc.figures(now=1.1, started=0.0, done=acc.tasks, failed=0, divergence=0, max_divergence=0,
+                    threads={0: (HostThreads(1, 8, "tuned"), HostThreads(1, 8, "tuned"))}, cores=2.0, finished=True)
+    assert f.bottleneck_phase == "engine", f.bottleneck
+    head = "bottleneck: none of the phases (the busiest, sink, ran 3% of the time)"
+    assert f.bottleneck.startswith(head), f.bottleneck
+    assert words in f.bottleneck, f.bottleneck
+    assert "add cores" not in f.bottleneck and "the device is the bound" not in f.bottleneck
