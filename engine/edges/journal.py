@@ -390,6 +390,7 @@ class Journal:
         keys = self._keys
         now = time.time()
         finishing = _started_and_done(ops)
+        out = _Statements(c)
         c.execute("BEGIN")
         for i, op in enumerate(ops):
             kind = op[0]
@@ -397,43 +398,71 @@ class Journal:
                 _, rows, batch, attempts, epoch = op
                 done = finishing.get(i)
                 if done is not None:  # started and done in this transaction: one statement for both
-                    both = np.isin(rows, done)
-                    c.executemany("UPDATE tasks SET state=2, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
-                                  [(batch, epoch, a, now, keys[r]) for r, a in zip(rows[both].tolist(),
-                                                                                    attempts[both].tolist(),
-                                                                                    strict=True)])
+                    both = np.isin(rows, done) if len(rows) > 1 else np.ones(1, bool)
+                    out.add("UPDATE tasks SET state=2, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
+                            _started(rows[both], attempts[both], batch, epoch, now, keys))
+                    if both.all():
+                        continue
                     rows, attempts = rows[~both], attempts[~both]
-                c.executemany("UPDATE tasks SET state=1, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
-                              [(batch, epoch, a, now, keys[r]) for r, a in zip(rows.tolist(), attempts.tolist(),
-                                                                                strict=True)])
+                out.add("UPDATE tasks SET state=1, batch=?, epoch=?, attempts=?, updated=? WHERE key=?",
+                        _started(rows, attempts, batch, epoch, now, keys))
             elif kind == "done":
                 if finishing.get(-1 - i) is None:  # not already written with its start
-                    c.executemany("UPDATE tasks SET state=2, updated=? WHERE key=?",
-                                  [(now, keys[r]) for r in op[1].tolist()])
+                    out.add("UPDATE tasks SET state=2, updated=? WHERE key=?", [(now, keys[r]) for r in op[1].tolist()])
             elif kind == "add":
-                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 1, ?)"
-                              " ON CONFLICT(key) DO NOTHING", [(keys[r], now) for r in op[1].tolist()])
+                out.add("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 0, 1, ?)"
+                        " ON CONFLICT(key) DO NOTHING", [(keys[r], now) for r in op[1].tolist()])
             elif kind == "done_keys":
-                c.executemany("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 2, 1, ?)"
-                              " ON CONFLICT(key) DO UPDATE SET state=2, updated=excluded.updated",
-                              [(k, now) for k in op[1]])
+                out.add("INSERT INTO tasks(key, state, attempts, updated) VALUES (?, 2, 1, ?)"
+                        " ON CONFLICT(key) DO UPDATE SET state=2, updated=excluded.updated", [(k, now) for k in op[1]])
             elif kind == "end":
                 _, ks, state, reasons, tbs = op
-                c.executemany("UPDATE tasks SET state=?, error=?, traceback=?, updated=? WHERE key=?",
-                              [(state, r, t, now, k) for k, r, t in zip(ks, reasons, tbs, strict=True)])
+                out.add("UPDATE tasks SET state=?, error=?, traceback=?, updated=? WHERE key=?",
+                        [(state, r, t, now, k) for k, r, t in zip(ks, reasons, tbs, strict=True)])
             elif kind == "requeue":
                 _, ks, attempts, closed, wall_offset = op
-                c.executemany("UPDATE tasks SET state=0, attempts=?, batch=-1, error=?, traceback=?, updated=?"
-                              " WHERE key=?", [(a, h.reason, h.traceback, now, k)
-                                               for k, a, h in zip(ks, attempts, closed, strict=True)])
-                c.executemany("INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
-                              [(k, h.attempt, h.outcome, h.reason, h.traceback, h.at + wall_offset)
-                               for k, h in zip(ks, closed, strict=True)])
+                out.add("UPDATE tasks SET state=0, attempts=?, batch=-1, error=?, traceback=?, updated=? WHERE key=?",
+                        [(a, h.reason, h.traceback, now, k) for k, a, h in zip(ks, attempts, closed, strict=True)])
+                out.add("INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
+                        [(k, h.attempt, h.outcome, h.reason, h.traceback, h.at + wall_offset)
+                         for k, h in zip(ks, closed, strict=True)])
             elif kind == "cancel_waits":
-                c.executemany("INSERT OR REPLACE INTO cancels VALUES (?, ?)", [(k, now) for k in op[1]])
+                out.add("INSERT OR REPLACE INTO cancels VALUES (?, ?)", [(k, now) for k in op[1]])
             elif kind == "cancel_applied":
-                c.executemany("DELETE FROM cancels WHERE key=?", [(k,) for k in op[1]])
+                out.add("DELETE FROM cancels WHERE key=?", [(k,) for k in op[1]])
+        out.flush()
         c.execute("COMMIT")
+
+
+def _started(rows: npt.NDArray[np.int64], attempts: npt.NDArray[Any], batch: int, epoch: int, now: float,
+             keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """A start record's rows, as the parameters of its ``UPDATE``."""
+    return [(batch, epoch, a, now, keys[r]) for r, a in zip(rows.tolist(), attempts.tolist(), strict=True)]
+
+
+class _Statements:
+    """Statements of one transaction, in order: a statement repeated back to back runs as one
+    ``executemany`` (a batch of one task records a start and a done each: a call per record cost
+    the writer thread more than SQLite's own work). Rows keep their order, so the outcome is the
+    same as one call per record."""
+
+    __slots__ = ("_conn", "_rows", "_sql")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._sql = ""
+        self._rows: list[tuple[Any, ...]] = []
+
+    def add(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if sql is not self._sql and sql != self._sql:
+            self.flush()
+            self._sql = sql
+        self._rows += rows
+
+    def flush(self) -> None:
+        if self._rows:
+            self._conn.executemany(self._sql, self._rows)
+            self._rows = []
 
 
 _BY_KEY = frozenset(("done_keys", "end", "requeue"))
@@ -454,7 +483,8 @@ def _started_and_done(ops: Sequence[tuple[Any, ...]]) -> dict[int, Any]:
     def span(j: int) -> tuple[int, int]:  # the rows' range: most records are disjoint by it alone
         if j not in bounds:
             rows = ops[j][1]
-            bounds[j] = (int(rows.min()), int(rows.max())) if len(rows) else (0, -1)
+            n = len(rows)
+            bounds[j] = (int(rows.min()), int(rows.max())) if n > 1 else (int(rows[0]),) * 2 if n else (0, -1)
         return bounds[j]
 
     for i, op in enumerate(ops):
@@ -469,13 +499,31 @@ def _started_and_done(ops: Sequence[tuple[Any, ...]]) -> dict[int, Any]:
             if other[0] not in ("start", "done", "add"):
                 continue
             olo, ohi = span(j)
-            if ohi < lo or olo > hi or not np.isin(rows, other[1]).any():
+            if ohi < lo or olo > hi:
                 continue
-            if other[0] == "start" and j not in merged and np.isin(rows, other[1]).all():
+            some, every = _found(rows, other[1])
+            if not some:
+                continue
+            if other[0] == "start" and j not in merged and every:
                 merged[j] = rows
                 merged[-1 - i] = rows
             break
     return merged
+
+
+_FEW = 64
+"""Rows up to this many are matched as Python ints: ``np.isin`` costs ~30 us a call, most of a batch of one task's
+journal work."""
+
+
+def _found(rows: npt.NDArray[np.int64], other: npt.NDArray[np.int64]) -> tuple[bool, bool]:
+    """Whether any, and whether every one, of ``rows`` is in ``other``."""
+    if len(rows) <= _FEW and len(other) <= _FEW:
+        theirs = set(other.tolist())
+        hits = sum(r in theirs for r in rows.tolist())
+        return hits > 0, hits == len(rows)
+    hit = np.isin(rows, other)
+    return bool(hit.any()), bool(hit.all())
 
 
 def _renumber_attempts(conn: sqlite3.Connection, schema: str) -> None:

@@ -327,18 +327,23 @@ def test_tasks_started_and_done_in_one_commit_are_written_once_and_end_as_both_w
     from warpdeck.engine.edges.journal import SpecIdentity
     from warpdeck.engine.state.tasks import TaskAttempt
 
-    keys = [f"t{i}" for i in range(10)]
+    keys = [f"t{i}" for i in range(13)]
     journal, _ = Journal.open(tmp_path, SpecIdentity("once", "0"), interval=3600)  # one commit, at flush
     journal.attach(keys)
-    rows = np.arange(10, dtype=np.int64)
+    rows = np.arange(13, dtype=np.int64)
     journal.admitted(rows)
     journal.started(rows[:4], 5, np.full(4, 2, np.int16))            # batch 5: rows 0-3
     journal.started(rows[4:8], 6, np.full(4, 1, np.int16))           # batch 6: rows 4-7, pipelined
     journal.finished(rows[:3])                                       # 3 of batch 5 done, row 3 still running
     journal.requeued(["t4"], [2], [TaskAttempt(1, "requeued", 1.0, "worker lost")])  # by key: stops a merge
     journal.finished(rows[5:8])                                      # batch 6's rest: written on their own
-    journal.started(rows[8:], 7, np.full(2, 3, np.int16))
-    journal.finished(rows[8:])
+    journal.started(rows[8:10], 7, np.full(2, 3, np.int16))
+    journal.finished(rows[8:10])
+    # Batches of one task, pipelined: 8 and 9 both done, 10 still running at the commit.
+    for r, batch in ((10, 8), (11, 9), (12, 10)):
+        journal.started(rows[r:r + 1], batch, np.ones(1, np.int16))
+        if r > 10:
+            journal.finished(rows[r - 1:r])
     assert journal.flush(10)
     journal.close()
     with sqlite3.connect(tmp_path / JOURNAL_NAME) as c:
@@ -346,4 +351,4 @@ def test_tasks_started_and_done_in_one_commit_are_written_once_and_end_as_both_w
     assert got == {
         "t0": (2, 5, 2), "t1": (2, 5, 2), "t2": (2, 5, 2), "t3": (1, 5, 2),
         "t4": (0, -1, 2), "t5": (2, 6, 1), "t6": (2, 6, 1), "t7": (2, 6, 1),
-        "t8": (2, 7, 3), "t9": (2, 7, 3)}
+        "t8": (2, 7, 3), "t9": (2, 7, 3), "t10": (2, 8, 1), "t11": (2, 9, 1), "t12": (1, 10, 1)}
