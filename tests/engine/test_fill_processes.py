@@ -193,7 +193,9 @@ def test_a_sigkilled_engine_leaves_no_worker_and_its_memory_is_reaped(tmp_path: 
 
     fresh = SharedArena(label="next-start")
     try:
-        assert Path(arena) in fresh.reaped and not Path(arena).exists()
+        # Reaped by this start, or by another process's that came first (a second suite running
+        # on the machine): a SIGKILLed engine cannot remove it itself.
+        assert not Path(arena).exists()
     finally:
         fresh.close()
 
