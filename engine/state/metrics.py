@@ -135,6 +135,9 @@ class MetricsAccumulator:
         self._lat = np.zeros(latency_window)
         self._lat_n = 0
         self._recent: deque[tuple[float, int]] = deque()
+        self._recent_tasks = 0
+        """The tasks in ``_recent``, kept as it changes: at batch 1 it holds thousands of batches, summed 10 times a
+        second."""
         self._recent_s = recent_s
         self.serial_s = 0.0
         self.failed = 0
@@ -189,6 +192,7 @@ class MetricsAccumulator:
             self._add_steady(rec)
         self.last_end = max(self.last_end, end)
         self._recent.append((end, rec.tasks))
+        self._recent_tasks += rec.tasks
 
     def _add_steady(self, rec: BatchRecord) -> None:
         # Per batch, on the loop: comparisons, not max() calls (a third of this method's cost).
@@ -218,8 +222,13 @@ class MetricsAccumulator:
         """Record done tasks' queued-to-done times (a ring of the most recent)."""
         cap = len(self._lat)
         vals = latencies[-cap:]
-        pos = (self._lat_n + np.arange(len(vals))) % cap
-        self._lat[pos] = vals
+        start = self._lat_n % cap
+        end = start + len(vals)
+        if end <= cap:  # slices, not an index array: this runs per batch, on the loop
+            self._lat[start:end] = vals
+        else:
+            self._lat[start:] = vals[: cap - start]
+            self._lat[: end - cap] = vals[cap - start:]
         self._lat_n += len(vals)
 
     def add_stall(self, reason: StallReason, seconds: float) -> None:
@@ -255,8 +264,8 @@ class MetricsAccumulator:
         # a window too short) would show a rate above its bound.
         bound = max(bound, steady) if bound > 0 else bound
         while self._recent and self._recent[0][0] < now - self._recent_s:
-            self._recent.popleft()
-        recent = sum(n for _, n in self._recent) / self._recent_s if self._recent else 0.0
+            self._recent_tasks -= self._recent.popleft()[1]
+        recent = self._recent_tasks / self._recent_s
         self._count_threads(now, threads)
         occupancy = {lane: {name: float(b[i] / ts[i]) if (ts := self.thread_s.get(lane)) is not None and ts[i] > 0
                             else 0.0 for i, name in enumerate(_PHASE_NAMES)}

@@ -193,19 +193,24 @@ def test_a_deeper_ring_that_leaves_the_device_as_idle_is_taken_back_and_not_trie
     assert any("did not help" in d.reason for d in tuner.decisions)
 
 
-def test_phases_that_idle_most_of_the_time_get_no_thread_and_no_slot() -> None:
+def test_phases_that_idle_most_of_the_time_get_no_thread_and_two_slots_once() -> None:
     # A no-op pipeline at batch 1: every phase takes microseconds and the device idles 95 % of the
     # time, waiting for the engine's loop to hand the lane its next batch. The fill is slower than
     # compute (it would get threads), but its one thread ran a tenth of the time: a second would
-    # idle too, and so would a deeper ring. The tuner says why and changes nothing.
+    # idle too. Two slots more let the loop move more batches per wake-up; one slot per 5 % idle
+    # (depth 16 here) would not. The tuner says why, deepens once, and holds still.
     tuner = _tuner()
     model = Model(0.0002, 0.0001, sink_s=0.0001, floor=0.95)
     assert model.window(LaneSettings(2, 1, 1)).device_idle > 0.9
     seen = _tune(model, tuner)
-    assert set(seen) == {LaneSettings(2, 1, 1)}
-    idle = [d.reason for d in tuner.decisions]
-    assert idle == ["fill threads idle most of the window: the device waits for the engine, not the fill"], idle
+    assert seen[1:] == [LaneSettings(4, 1, 1)] * (len(seen) - 1)
+    said = [d.reason for d in tuner.decisions]
+    assert said == ["fill threads idle most of the window: the device waits for the engine, not the fill",
+                    "depth 4: the phases idle, the loop hands on more per wake-up"], said
     assert tuner.threads([_Lane(seen[-1])])[0][0].why == "idle"
+    # Within the memory budget: no room for two more slots, no deeper ring.
+    tight = _tuner(budget_mb=2.5)
+    assert {s.depth for s in _tune(model, tight)} == {2}
     # The same fill, busy: it idles no more than the device waits on it, and gets its threads.
     busy = _tuner()
     assert _tune(Model(0.0002, 0.0001, sink_s=0.0001), busy)[-1].fill > 1
