@@ -77,6 +77,22 @@ async def test_each_batch_is_loaded_in_a_worker_process_straight_into_the_slot()
     assert all(0 <= w["busy_share"] <= 1 for w in workers) and max(w["busy_share"] for w in workers) > 0
 
 
+@pytest.mark.parametrize(("engine_env", "seen"), [(None, 1), ("3", 3)])
+async def test_workers_run_native_math_on_one_thread_unless_the_engine_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch, engine_env: str | None, seen: int) -> None:
+    # One worker per core already: OpenBLAS or OpenMP starting a thread per core in each would
+    # oversubscribe the cores (and took a third of each worker's start).
+    if engine_env is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", engine_env)
+    sink = Counting()
+    async with Engine(spec("wd_fill:load_omp"), sink=sink) as eng:
+        report = await eng.wait()
+    assert report.counts.done == 320
+    assert {float(a.reshape(-1)[1]) for a in sink.out.values()} == {seen + 1}  # the stage added one
+
+
 async def test_an_item_that_raises_fails_alone_with_its_own_traceback() -> None:
     sink = Counting()
     async with Engine(spec("wd_fill:load_failing"), sink=sink) as eng:

@@ -42,6 +42,12 @@ def load_stamp(i: int, row: np.ndarray) -> None:
     stamp(i, row)
 
 
+def load_omp(i: int, row: np.ndarray) -> None:
+    """The stamp, then the worker's ``OMP_NUM_THREADS`` (0: unset) in every element but the first."""
+    stamp(i, row)
+    row.reshape(-1)[1:] = int(os.environ.get("OMP_NUM_THREADS", "0"))
+
+
 def load_slow(i: int, row: np.ndarray) -> None:
     """5 ms of waiting per item: a batch in flight when a test kills its worker."""
     time.sleep(0.005)
