@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from warpdeck.engine.backends import Backend, BackendError, select_backend
+from warpdeck.engine.backends.base import Backend, BackendError
+from warpdeck.engine.backends.select import select_backend
 from warpdeck.engine.calibrate import advise, with_plan
 from warpdeck.engine.control.broker import BrokerAddress, parse_broker
 from warpdeck.engine.control.looping import LoopThread

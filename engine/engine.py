@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends import Backend, NumpyBackend, select_backend
+from warpdeck.engine.backends.base import Backend
+from warpdeck.engine.backends.numpy_backend import NumpyBackend
+from warpdeck.engine.backends.select import select_backend
 from warpdeck.engine.control.heartbeat import NvmlSampler, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.monitor_types import Verdict
 from warpdeck.engine.control.plane import ControlPlane, ControlSettings

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warpdeck.engine.backends import Backend
+from warpdeck.engine.backends.base import Backend
 from warpdeck.engine.control.looping import LoopThread
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.exports import ExportSettings, exporting

@@ -1,28 +1,8 @@
-"""Array backends: NumPy always, CuPy when asked for or when ``auto`` finds a device.
+"""Array backends: NumPy always (``numpy_backend``), CuPy when asked for or when ``auto`` finds a
+device (``cupy_backend``, chosen in ``select``), the streams and markers they share (``base``), and
+the host's worker processes and shared memory (``process_pool``, ``shared_memory``).
 
-Importing this package loads neither CuPy nor CUDA; ``select_backend`` does, only for cupy/auto.
+This root imports nothing: a fill or sink worker process imports ``process_pool`` and
+``shared_memory`` only, and the stream machinery (asyncio, the markers) would add a tenth of a
+second to every worker's start.
 """
-
-from __future__ import annotations
-
-from typing import Literal
-
-from warpdeck.engine.backends.base import Backend, BackendError, Marker, StreamSet
-from warpdeck.engine.backends.numpy_backend import NumpyBackend
-
-__all__ = ["Backend", "BackendError", "Marker", "NumpyBackend", "StreamSet", "select_backend"]
-
-
-def select_backend(name: Literal["auto", "numpy", "cupy"], device: int = 0) -> Backend:
-    """The backend to run on. ``auto`` takes CuPy when a device answers; when it falls back to
-    NumPy the backend's ``reason`` says why. ``cupy`` raises ``BackendError`` if it cannot run."""
-    if name == "numpy":
-        return NumpyBackend("requested")
-    from warpdeck.engine.backends import cupy_backend  # noqa: PLC0415 - keeps CuPy out of the root
-
-    if name == "cupy":
-        return cupy_backend.CupyBackend(device, "requested")
-    why = cupy_backend.cupy_unavailable_reason()
-    if why is None:
-        return cupy_backend.CupyBackend(device, "auto: a CUDA device is available")
-    return NumpyBackend(f"auto: fell back to NumPy because {why}")

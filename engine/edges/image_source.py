@@ -5,7 +5,8 @@ The decisions this module protects:
   layout, and each image is converted, resized (``fit``, ``crop`` or ``pad``) and scaled to them.
   The channel axis is kept for ``L`` too, so a layout means the same thing for every mode.
 - Enumerating only lists file names: counting a folder of a million images opens none of them.
-  Decoding happens in ``load``, on a lane's fill threads, never on the event loop.
+  Decoding happens in ``load``, on a lane's fill threads (or its fill worker processes), never on
+  the event loop, by an ``ImageDecoder`` (engine/edges/image_decode.py).
 - An image that cannot be used (empty, truncated, corrupt, not the format its name says,
   unreadable, gone) fails alone as an ``InputError`` naming its path and the reason: never retried,
   never its batch. An image whose header declares more than ``max_pixels`` pixels is refused after
@@ -24,28 +25,21 @@ The decisions this module protects:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
-from PIL import Image, ImageOps, UnidentifiedImageError
 
 from warpdeck.engine.edges.config import ImageSource, SpecError, SpecIssue
-from warpdeck.engine.edges.input_errors import InputError
-from warpdeck.engine.edges.npy_inputs import open_regular
+from warpdeck.engine.edges.image_decode import CHANNELS, ImageDecoder, ImageFormat
 from warpdeck.engine.edges.sources import KeyedTasks, load_each, safe_key
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
-__all__ = ["SUFFIXES", "ImageDecoder", "ImageSourceImpl", "image_key"]
+__all__ = ["SUFFIXES", "ImageSourceImpl", "image_key"]
 
 SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 """Names that are tasks (compared lower-cased); anything else the glob matches is skipped."""
-_FORMATS = ("PNG", "JPEG", "WEBP")
-_CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
-_RESAMPLE = Image.Resampling.BILINEAR
 
 
 def image_key(relative: Path) -> str:
@@ -74,9 +68,10 @@ class ImageSourceImpl(KeyedTasks):
                     "source.glob", f"{other} and {p} both make task key {key!r}; rename one or narrow the glob")])
         self.total: int | None = len(self._tasks) if tasks else None
         h, w = spec.size
-        c = _CHANNELS[spec.mode]
+        c = CHANNELS[spec.mode]
         self._key = BatchKey("image", (h, w, c) if spec.layout == "HWC" else (c, h, w), spec.dtype)
-        self._decode = ImageDecoder(spec)
+        self._decode = ImageDecoder(ImageFormat(spec.mode, spec.size, spec.dtype, spec.layout, spec.resize,
+                                                spec.pad_value, spec.max_pixels))
 
     @property
     def batch_key(self) -> BatchKey:
@@ -97,56 +92,3 @@ class ImageSourceImpl(KeyedTasks):
     def row_loader(self) -> ImageDecoder:
         """Decodes one task's image into its row in a fill worker process (``host.fill_pool``)."""
         return self._decode
-
-
-class ImageDecoder:
-    """Decodes one image file into a row, by the source's spec. Picklable (the spec and nothing
-    else), so a fill worker process runs the very decoder a fill thread runs."""
-
-    def __init__(self, spec: ImageSource) -> None:
-        self.spec = spec
-
-    def __call__(self, path: Path, row: npt.NDArray[Any]) -> None:
-        with open_regular(path) as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                raise InputError(str(path), "empty file")
-            try:
-                with Image.open(f, formats=_FORMATS) as img:
-                    w, h = img.size
-                    if w * h > self.spec.max_pixels:
-                        raise InputError(str(path), f"{w}x{h} = {w * h} pixels, over max_pixels "
-                                                    f"({self.spec.max_pixels}); refused before decoding")
-                    img.load()
-                    fixed = self._fixed(img)
-            except (InputError, MemoryError):
-                raise
-            except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-                raise InputError(str(path), f"refused before decoding: {exc}") from None
-            except UnidentifiedImageError:
-                raise InputError(str(path), "not a PNG, JPEG or WebP image (or its header is corrupt)") from None
-            except Exception as exc:  # noqa: BLE001 - whatever a bad file provokes in a decoder, it is corrupt
-                raise InputError(str(path), f"corrupt or truncated image ({type(exc).__name__}: "
-                                            f"{' '.join(str(exc).split())})") from None
-        self._store(fixed, row)
-
-    def _fixed(self, img: Image.Image) -> Image.Image:
-        """``img`` in the spec's mode and size, by its resize policy."""
-        s = self.spec
-        if img.mode != s.mode:
-            img = img.convert(s.mode)
-        size = (s.size[1], s.size[0])  # Pillow sizes are (width, height)
-        if s.resize == "crop":
-            return ImageOps.fit(img, size, _RESAMPLE)
-        if s.resize == "pad":
-            return ImageOps.pad(img, size, _RESAMPLE, color=(s.pad_value,) * _CHANNELS[s.mode])
-        return img if img.size == size else img.resize(size, _RESAMPLE)
-
-    def _store(self, img: Image.Image, row: npt.NDArray[Any]) -> None:
-        h, w = self.spec.size
-        a = np.asarray(img, dtype=np.uint8).reshape(h, w, _CHANNELS[self.spec.mode])
-        if self.spec.layout == "CHW":
-            a = a.transpose(2, 0, 1)
-        if self.spec.dtype == "float32":
-            np.divide(a, np.float32(255.0), out=row, dtype=np.float32)
-        else:
-            row[...] = a

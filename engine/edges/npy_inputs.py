@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 from warpdeck.engine.edges.config import Dtype
 from warpdeck.engine.edges.input_errors import InputError
 
-__all__ = ["SUPPORTED_DTYPES", "NpyHeader", "dtype_problem", "open_regular", "read_header", "usable"]
+__all__ = ["SUPPORTED_DTYPES", "NpyHeader", "dtype_problem", "read_header", "usable"]
 
 SUPPORTED_DTYPES: tuple[str, ...] = get_args(Dtype)
 """The element types a spec can name, and so the only ones an input may hold."""
@@ -59,31 +58,6 @@ class NpyHeader:
     def nbytes(self) -> int:
         """Bytes of data the header promises."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a file"
-
-
-def open_regular(path: Path) -> io.BufferedReader:
-    """``path`` opened for reading, or an InputError: gone, unreadable, or not a regular file.
-    Non-blocking, so opening a FIFO returns at once and is then refused."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InputError(str(path), "no such file (removed after the directory was listed, "
-                                    "or a link to nothing)") from None
-    except OSError as exc:
-        raise InputError(str(path), f"unreadable: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise InputError(str(path), f"not a regular file ({_file_kind(mode)})")
-    return os.fdopen(fd, "rb")
 
 
 def read_header(path: Path, f: io.BufferedReader) -> NpyHeader:

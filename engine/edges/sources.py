@@ -29,8 +29,9 @@ from warpdeck.engine.edges.config import (
     resolve_target,
 )
 from warpdeck.engine.edges.input_errors import InputError
+from warpdeck.engine.edges.input_files import open_regular
 from warpdeck.engine.edges.item_loader import ItemLoader
-from warpdeck.engine.edges.npy_inputs import dtype_problem, open_regular, read_header, usable
+from warpdeck.engine.edges.npy_inputs import dtype_problem, read_header, usable
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 
 __all__ = [

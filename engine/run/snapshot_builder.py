@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.backends import Backend
+from warpdeck.engine.backends.base import Backend
 from warpdeck.engine.control.views import merge_workers
 from warpdeck.engine.edges.outage import Outage
 from warpdeck.engine.edges.sources import Source

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warpdeck.engine.backends import BackendError
+from warpdeck.engine.backends.base import BackendError
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.executor_spec import resource_amounts
 from warpdeck.engine.scaleout import raylink, reach

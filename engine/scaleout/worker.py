@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from warpdeck.engine.backends import select_backend
+from warpdeck.engine.backends.select import select_backend
 from warpdeck.engine.control.broker import BrokerAddress
 from warpdeck.engine.control.heartbeat import Heartbeater, WorkerInfo, WorkerProbe
 from warpdeck.engine.control.topics import Topics

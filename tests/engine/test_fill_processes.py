@@ -93,6 +93,20 @@ async def test_workers_run_native_math_on_one_thread_unless_the_engine_says_othe
     assert {float(a.reshape(-1)[1]) for a in sink.out.values()} == {seen + 1}  # the stage added one
 
 
+def test_a_worker_imports_what_it_runs_and_not_the_engine() -> None:
+    # A worker unpickles its work (LoadRows, an image decoder, an items loader) and so imports the
+    # modules that define them. Those once pulled in the spec's models (pydantic) and the stream
+    # machinery (asyncio): 0.5 s of CPU per worker on the 2-core VM, a quarter of an image pass.
+    program = ("import sys\n"
+               "import warpdeck.engine.backends.process_pool, warpdeck.engine.edges.image_decode\n"
+               "import warpdeck.engine.edges.item_loader\n"
+               "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                                check=True).stdout.split())
+    heavy = {"pydantic", "asyncio", "warpdeck.engine.edges.config", "warpdeck.engine.backends.base"}
+    assert not loaded & heavy, loaded & heavy
+
+
 async def test_an_item_that_raises_fails_alone_with_its_own_traceback() -> None:
     sink = Counting()
     async with Engine(spec("wd_fill:load_failing"), sink=sink) as eng:

@@ -19,7 +19,7 @@ from wd_build import spec
 from wd_stages import RecordingSink
 
 from warpdeck.engine.api import Engine, IterableSource, RunReport
-from warpdeck.engine.backends import NumpyBackend
+from warpdeck.engine.backends.numpy_backend import NumpyBackend
 
 BAD = {1: np.nan, 6: np.inf, 9: -np.inf}
 

@@ -23,7 +23,7 @@ class _Collect:
 
 
 async def _run(spec, backend_name: str) -> _Collect:
-    from warpdeck.engine.backends import select_backend
+    from warpdeck.engine.backends.select import select_backend
 
     sink = _Collect()
     async with Engine(spec.model_copy(update={"backend": backend_name}), sink=sink,
@@ -71,7 +71,7 @@ async def test_nonfinite_outputs_are_flagged_on_cupy_as_on_numpy() -> None:
     from wd_build import spec
 
     from warpdeck.engine.api import IterableSource
-    from warpdeck.engine.backends import select_backend
+    from warpdeck.engine.backends.select import select_backend
 
     rows = [(f"k{i:04d}", np.full(3, np.nan if i % 4 == 1 else float(i), np.float32)) for i in range(10)]
     flagged = {}
