@@ -337,8 +337,9 @@ class MetricsAccumulator:
             return "compute", describe_bottleneck("compute", float(means[_COMPUTE]) * 1e3, None, device_busy, cores)
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
-        if steady < _IDLE_PHASES * min(caps_now[i], cpu_cap):
-            # Neither a phase nor the cores: what hands the phases work (the loop, the inputs) holds them.
+        if self.batches >= _STEADY_MIN and steady < _IDLE_PHASES * min(caps_now[i], cpu_cap):
+            # Neither a phase nor the cores: what hands the phases work (the loop, the inputs) holds them
+            # (judged on a steady window: before one, the rate counts the run's start).
             waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
                                 self.serial_s / self.batches * 1e3 if self.batches else 0.0)
             return "engine", describe_engine_bound(_PHASE_NAMES[i], steady / caps_now[i], device_busy, waits, elapsed)

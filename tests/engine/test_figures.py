@@ -232,3 +232,15 @@ def test_phases_that_idle_most_of_the_time_are_not_called_the_bottleneck(waited_
     assert f.bottleneck.startswith(head), f.bottleneck
     assert words in f.bottleneck, f.bottleneck
     assert "add cores" not in f.bottleneck and "the device is the bound" not in f.bottleneck
+
+
+def test_a_run_too_short_for_a_steady_window_blames_no_engine() -> None:
+    # Two batches: the rate is every task over the elapsed time, the run's start in it. That the
+    # phases idled then says nothing about the loop.
+    acc = MetricsAccumulator(lanes=1)
+    for i in range(2):
+        t = 1.0 + 0.001 * i
+        acc.add(_rec(i, 0, (t, t + 2e-5), (t + 3e-5, t + 4e-5), (t + 5e-5, t + 8e-5), cpu=(2e-5, 0, 1e-5, 0, 3e-5)))
+    f = acc.figures(now=1.1, started=0.0, done=acc.tasks, failed=0, divergence=0, max_divergence=0,
+                    threads={0: (HostThreads(1, 8, "tuned"), HostThreads(1, 8, "tuned"))}, cores=2.0, finished=True)
+    assert f.bottleneck_phase != "engine", f.bottleneck
