@@ -218,9 +218,9 @@ class Autotuner:
     depth_trial: dict[int, tuple[int, float]] = field(default_factory=dict)
     """A deeper ring on trial, per lane: (depth before, device idle before)."""
     depth_done: set[int] = field(default_factory=set)
+    """Lanes whose ring a deeper one did not help: not deepened again."""
     loop_tried: set[int] = field(default_factory=set)
     """Lanes whose ring was deepened once for the loop (``_deepen_for_the_loop``)."""
-    """Lanes whose ring a deeper one did not help: not deepened again."""
     process_cores: float = 0.0
     """Cores the whole process kept busy over each lane's last window (every thread, the loop too)."""
     peak: dict[tuple[int, Phase], int] = field(default_factory=dict)
