@@ -49,8 +49,8 @@ class ImageDecoder:
     """Decodes one image file into a row, by an ``ImageFormat``. Picklable (the format and nothing
     else), so a fill worker process runs the very decoder a fill thread runs."""
 
-    def __init__(self, spec: ImageFormat) -> None:
-        self.spec = spec
+    def __init__(self, image_format: ImageFormat) -> None:
+        self.format = image_format
 
     def __call__(self, path: Path, row: npt.NDArray[Any]) -> None:
         with open_regular(path) as f:
@@ -59,9 +59,9 @@ class ImageDecoder:
             try:
                 with Image.open(f, formats=_FORMATS) as img:
                     w, h = img.size
-                    if w * h > self.spec.max_pixels:
+                    if w * h > self.format.max_pixels:
                         raise InputError(str(path), f"{w}x{h} = {w * h} pixels, over max_pixels "
-                                                    f"({self.spec.max_pixels}); refused before decoding")
+                                                    f"({self.format.max_pixels}); refused before decoding")
                     img.load()
                     fixed = self._fixed(img)
             except (InputError, MemoryError):
@@ -77,7 +77,7 @@ class ImageDecoder:
 
     def _fixed(self, img: Image.Image) -> Image.Image:
         """``img`` in the spec's mode and size, by its resize policy."""
-        s = self.spec
+        s = self.format
         if img.mode != s.mode:
             img = img.convert(s.mode)
         size = (s.size[1], s.size[0])  # Pillow sizes are (width, height)
@@ -88,11 +88,11 @@ class ImageDecoder:
         return img if img.size == size else img.resize(size, _RESAMPLE)
 
     def _store(self, img: Image.Image, row: npt.NDArray[Any]) -> None:
-        h, w = self.spec.size
-        a = np.asarray(img, dtype=np.uint8).reshape(h, w, CHANNELS[self.spec.mode])
-        if self.spec.layout == "CHW":
+        h, w = self.format.size
+        a = np.asarray(img, dtype=np.uint8).reshape(h, w, CHANNELS[self.format.mode])
+        if self.format.layout == "CHW":
             a = a.transpose(2, 0, 1)
-        if self.spec.dtype == "float32":
+        if self.format.dtype == "float32":
             np.divide(a, np.float32(255.0), out=row, dtype=np.float32)
         else:
             row[...] = a
