@@ -454,7 +454,7 @@ class _Statements:
         self._rows: list[tuple[Any, ...]] = []
 
     def add(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        if sql is not self._sql and sql != self._sql:
+        if sql != self._sql:
             self.flush()
             self._sql = sql
         self._rows += rows

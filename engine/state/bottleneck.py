@@ -84,6 +84,10 @@ def _idle_words(waits: DeviceWaits | None) -> str:
                 "or loads slower at times than compute)")
     if waits.backpressure_s >= _WAITED_S:
         return f"it waited {waits.backpressure_s:.1f} s for the sink to free an output slot"
+    return _loop_words(waits)
+
+
+def _loop_words(waits: DeviceWaits) -> str:
     return (f"the gaps between batches are the engine's own (its loop: {waits.loop_ms_per_batch:.2g} ms per batch): "
             "larger batches")
 
@@ -129,8 +133,7 @@ def describe_engine_bound(busiest: str, ran: float, device_busy: float, waits: D
         why = (f"the lanes waited {waits.memory_s:.1f} s for batches: the source or the feeder "
                "(a faster source, or a higher [feeder] high_watermark)")
     else:
-        why = (f"the gaps between batches are the engine's own (its loop: {waits.loop_ms_per_batch:.2g} ms per "
-               "batch): larger batches")
+        why = _loop_words(waits)
     return f"bottleneck: none of the phases (the busiest, {busiest}, ran {ran:.0%} of the time); device busy " \
            f"{device_busy:.0%}: {why}"
 

@@ -337,11 +337,11 @@ class MetricsAccumulator:
             return "compute", describe_bottleneck("compute", float(means[_COMPUTE]) * 1e3, None, device_busy, cores)
         i = min(caps_now, key=caps_now.__getitem__)
         burning = int(np.argmax(self.w_cpu))
+        waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
+                            self.serial_s / self.batches * 1e3 if self.batches else 0.0)
         if self.batches >= _STEADY_MIN and steady < _IDLE_PHASES * min(caps_now[i], cpu_cap):
             # Neither a phase nor the cores: what hands the phases work (the loop, the inputs) holds them
             # (judged on a steady window: before one, the rate counts the run's start).
-            waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
-                                self.serial_s / self.batches * 1e3 if self.batches else 0.0)
             return "engine", describe_engine_bound(_PHASE_NAMES[i], steady / caps_now[i], device_busy, waits, elapsed)
         if cpu_cap < caps_now[i]:
             if burning not in _HOST or self.w_cpu[burning] < 0.5 * sum(self.w_cpu):
@@ -354,8 +354,6 @@ class MetricsAccumulator:
             ht = first[_HOST[i]] if first is not None else HostThreads(1, 1, "pinned")
             if i == burning and cpu_cap <= caps_now[i] * (1 + 1e-9) and ht.why in ("tuned", "saturated"):
                 ht = HostThreads(ht.now, ht.now, "cpu", ht.processes)  # the cores, not the threads, hold it
-        waits = DeviceWaits(self.stall_s.get("memory", 0.0), self.stall_s.get("backpressure", 0.0),
-                            self.serial_s / self.batches * 1e3 if self.batches else 0.0)
         text = describe_bottleneck(_PHASE_NAMES[i], float(means[i]) * 1e3, ht, device_busy, cores,
                                    self.stall_s.get("memory", 0.0) > 0, waits)
         return _PHASE_NAMES[i], text
