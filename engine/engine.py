@@ -163,12 +163,15 @@ class Engine:
         auto = host.fill_pool == "auto" and self._row_loader is not None
         self.state.tuner.fill_auto = auto
         lanes = []
-        for i in range(len(self.state.lane_worker)):
+        lanes_n = len(self.state.lane_worker)
+        first_fill = self.state.tuner.first_fill(lanes_n, None if self.spec.feeder.auto_depth else self.spec.slot_depth)
+        for i in range(lanes_n):
             writers = self._sink_processes(i) if host.sink_pool == "processes" else None
             lanes.append(Lane(
                 i, self.backend, self.spec.slot_depth, self.dispatcher, self.source,
                 sink if writers is None else HeldSink(self.task_keys.guard(writers), self.outage, where),
-                self._plan_for, self.spec.batch_size, host.fill_workers or 1, host.sink_workers or 1,
+                self._plan_for, self.spec.batch_size, host.fill_workers or first_fill,
+                host.sink_workers or 1,
                 self._fill_processes(i) if host.fill_pool == "processes" else None,
                 functools.partial(self._fill_processes, i) if auto else None, writers))
         return lanes
@@ -337,6 +340,9 @@ class Engine:
                     # now holds the run (and times out) as one mid-run does, not fail the close.
                     flushed = tg.create_task(asyncio.to_thread(self.journal.flush), name="warpdeck-flush")
                     await asyncio.wait([flushed, stop], return_when=asyncio.FIRST_COMPLETED)
+                # An outage that ended since the fault watch's last tick is told now: a run that
+                # finished within a tick of its end left the exporters a stall that never ended.
+                self._fault_tick()
                 for task in (*helpers, stop):
                     task.cancel()
         finally:
@@ -378,11 +384,14 @@ class Engine:
 
     async def _watch_faults(self) -> None:
         while True:
-            journal_failed = self.journal is not None and self.journal.error is not None
-            if self.faults.check(self.table, self.feeder, self.dispatcher.t0, journal_failed):
-                self.state.kick()
-                self.feeder.poke()
+            self._fault_tick()
             await asyncio.sleep(_FAULT_TICK_S)
+
+    def _fault_tick(self) -> None:
+        journal_failed = self.journal is not None and self.journal.error is not None
+        if self.faults.check(self.table, self.feeder, self.dispatcher.t0, journal_failed):
+            self.state.kick()
+            self.feeder.poke()
 
     def _open_journal(self) -> tuple[Journal, ResumeState]:
         """Lock the run directory, open its journal, clear a killed run's temp files (a thread)."""

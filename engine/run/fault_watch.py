@@ -62,7 +62,7 @@ class FaultWatch:
             rows = np.flatnonzero(table.state[: len(table)] <= State.RUNNING)
             table.set_stall(rows, StallReason.CONTROL, view.reason)
             self._rows = rows
-            self._held_since = time.perf_counter()
+            self._held_since = t0 + view.since  # when the outage began, not when this tick saw it
             if self._events is not None:
                 self._events.emit(StallEvent(self._held_since, StallReason.CONTROL.label, len(rows), True,
                                              note=view.reason))
