@@ -19,6 +19,10 @@ The decisions this module protects:
   Otherwise the device waits for jitter, which a deeper ring absorbs (``DepthTuner``), or for the
   engine itself: there the ring gets two slots more, once (more batches in flight, more moved per
   wake-up of the loop).
+- The fill starts on one thread per core of the CPU budget, shared by the lanes (``first_fill``):
+  a new ring's every slot needs filling before the device starts. Threads that then burn together
+  hardly more than one core while the process has cores to spare take turns on one GIL; under
+  ``fill_pool = "auto"`` they go to processes on trial at once (``_gil_from_the_start``).
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
   least 10 % faster (a jump that sped it up far less than its threads is trimmed to the threads
   that gain needs, and the phase grows no more), a deeper ring if the device idles at least 20 %
@@ -252,6 +256,15 @@ class Autotuner:
                    fill_processes=host.fill_pool == "processes" and spec.executor.kind == "local",
                    sink_processes=host.sink_pool == "processes" and spec.executor.kind == "local")
 
+    def first_fill(self, lanes: int, depth: int | None = None) -> int:
+        """Threads (or processes) each lane's fill starts with: one per core of the CPU budget, shared
+        by the lanes, within ``max_workers``, and within a ``depth`` set by hand (a slot for each
+        thread and two more). Every slot of a new ring needs filling before the device can start,
+        and a decoder starting on one thread waited for the tuner's first window: 16 batches of
+        images ran 0.1-0.15 s longer than on two threads pinned (issue 31)."""
+        n = max(1, min(self.max_workers, math.floor(self.cpu_cores / max(1, lanes) + 1e-9)))
+        return n if depth is None else max(1, min(n, depth - 2))
+
     def _unit(self, s: LaneSettings, phase: Phase) -> str:
         """What ``phase`` runs on under ``s``, as a decision says it."""
         return "processes" if (s.fill_processes if phase is Phase.FILL else self.sink_processes) else "threads"
@@ -332,6 +345,10 @@ class Autotuner:
                                f"{name} {self._unit(now, host)} idle most of the window: the device waits for "
                                f"the engine, not the {name}")
             elif per_thread[host - 1] * _MARGIN > compute:
+                if host is Phase.FILL and self._gil_from_the_start(lane, now, w):
+                    fill_s = w.mean_s[Phase.FILL - 1]
+                    return self._try_processes(lane, now, Phase.FILL, now.fill / fill_s if fill_s > 0 else 0.0,
+                                               now.fill, w)
                 grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
                 if grown is not None:
                     return grown
@@ -443,6 +460,25 @@ class Autotuner:
         if self.process_cores > self.cpu_cores - _SPARE_FOR_GIL:
             return False  # the cores, not the GIL, may hold it: processes would not help
         return w.cpu_share(phase) * have < burned * (1 + _GIL_GROWTH * (have / had - 1))
+
+    def _gil_from_the_start(self, lane: int, now: LaneSettings, w: Window) -> bool:
+        """Whether the fill's threads, as many as it started with (``first_fill``), burned together
+        hardly more than the one core a single thread can, while the process had cores spare: the
+        threads take turns holding one GIL (a user's pure-Python load). With no count of fewer threads
+        to compare with (``_shares_a_gil``), one thread is taken to burn a whole core at most; where
+        the threads in fact wait for I/O, the processes' trial finds them no faster and they go."""
+        n = now.fill
+        if (not self.fill_auto or now.fill_processes or n < 2 or (lane, Phase.FILL) in self.peak
+                or lane in self.pool_tried):
+            return False
+        burned = w.cpu_share(Phase.FILL) * n
+        if burned < _BURNS * n or max(self.process_cores, self.cores_used()) > self.cpu_cores - _SPARE_FOR_GIL:
+            return False
+        if burned >= 1 + _GIL_GROWTH * (n - 1):
+            return False
+        self.decisions.append(TunerDecision(lane, now.depth, w.device_idle,
+                                            f"fill threads share a GIL: {n} burned {burned:.2f} cores"))
+        return True
 
     @staticmethod
     def _ran(phase: Phase, now: LaneSettings, w: Window) -> float:

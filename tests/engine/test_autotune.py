@@ -299,3 +299,52 @@ def test_the_first_window_is_judged_after_three_slow_batches_or_five_fast_ones()
     tuner.decide(0, LaneSettings(2, 1, 1), Model(0.030, 0.010).window(LaneSettings(2, 1, 1)), MB, 2 * MB)
     assert tuner.records_needed(0) == 4  # later windows are the tuner's own
     assert tuner.window_ready(0, tuner.window, 10.0)
+
+
+@pytest.mark.parametrize(("cores", "max_workers", "lanes", "depth", "first"), [
+    (2.0, 8, 1, None, 2),  # one per core
+    (16.0, 8, 1, None, 8),  # within max_workers
+    (16.0, 8, 4, None, 4),  # the cores shared by the lanes
+    (2.0, 8, 4, None, 1),  # never none
+    (1.5, 8, 1, None, 1),  # a budget of part of a core: whole threads only
+    (16.0, 8, 1, 4, 2),  # a depth set by hand: a slot per thread and two more
+    (16.0, 8, 1, 2, 1),
+])
+def test_the_fill_starts_with_a_thread_per_core(cores: float, max_workers: int, lanes: int, depth: int | None,
+                                                first: int) -> None:
+    # Every slot of a new ring needs filling before the device starts: a decoder that started on one
+    # thread waited for the tuner's first window (16 batches of images ran 0.1-0.15 s longer).
+    assert _tuner(cores=cores, max_workers=max_workers).first_fill(lanes, depth) == first
+
+
+def test_a_gil_bound_fill_started_on_a_thread_per_core_goes_to_processes_at_once() -> None:
+    # Two threads from the start burn one core between them while the other is spare: with no count
+    # of one thread to compare with, a single thread is taken to burn a core at most.
+    model = Model(0.040, 0.010, gil_threads=1, fill_cpu=1.0)
+    tuner = _tuner(cores=2.0)
+    tuner.fill_auto = True
+    start = LaneSettings(4, tuner.first_fill(1), 1)
+    first = tuner.decide(0, start, model.window(start), MB, 4 * MB)
+    assert first.fill_processes and first.fill == 2
+    reasons = [d.reason for d in tuner.decisions]
+    assert reasons[:2] == ["fill threads share a GIL: 2 burned 1.00 cores",
+                           "fill in 2 processes on trial: threads do not speed it up"]
+    kept = tuner.decide(0, first, model.window(first), MB, 4 * MB)
+    assert kept.fill_processes and "processes kept" in tuner.decisions[-1].reason
+
+
+@pytest.mark.parametrize(("fill_cpu", "process_cores", "why"), [
+    (1.9, 0.0, "two threads burned nearly two cores: they ran side by side (a decoder that lets the GIL go)"),
+    (1.0, 1.9, "the process kept both cores busy: the cores, not a GIL, may hold the fill"),
+    (0.4, 0.0, "the threads mostly wait (I/O): more threads, not processes"),
+])
+def test_a_fill_started_wide_that_is_not_gil_bound_stays_on_threads(fill_cpu: float, process_cores: float,
+                                                                    why: str) -> None:
+    model = Model(0.040, 0.010, gil_threads=1, fill_cpu=fill_cpu)
+    tuner = _tuner(cores=2.0)
+    tuner.fill_auto = True
+    tuner.process_cores = process_cores
+    start = LaneSettings(4, 2, 1)
+    after = tuner.decide(0, start, model.window(start), MB, 4 * MB)
+    assert not after.fill_processes, why
+    assert not any("GIL" in d.reason for d in tuner.decisions), why

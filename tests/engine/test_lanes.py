@@ -33,8 +33,8 @@ def _interval(r: BatchRecord, p: Phase) -> tuple[float, float]:
 
 async def test_consecutive_batches_overlap_their_phases() -> None:
     # fill and compute both take 10 ms per batch: with double buffering, fill of batch n+1 runs
-    # while batch n computes.
-    s = spec(["wd_stages:sleep_10ms"], batch_size=4, feeder={"auto_depth": False})
+    # while batch n computes (one fill thread: with one per core, fills run two batches ahead).
+    s = spec(["wd_stages:sleep_10ms"], batch_size=4, feeder={"auto_depth": False}, host={"fill_workers": 1})
     source = SleepySource(48, fill_s=0.010)
     report, records = await _run(s, source, RecordingSink())
     assert report.counts.done == 48
