@@ -18,7 +18,9 @@ Runners (same process, same folder, one full pass each):
               with Pillow; the model in the main process; num_workers tuned by hand: the best of
               0, 1, 2 and 4 (each a full pass)
 
-Both call ``torch.set_num_threads(1)`` first: the model's own threads would otherwise compete with
+Before any runner, one untimed forward pass of the model and one image of each format decoded, so
+the first runner does not pay the process's first-call costs alone. Both call
+``torch.set_num_threads(1)`` first: the model's own threads would otherwise compete with
 decoding for the same cores. Rate: images / wall seconds of the whole pass (start-up included, the
 same for both). Device busy: compute's share of the wall time from the first compute's start to the
 last one's end (warpdeck: ``report.device_busy``; DataLoader: ``perf_counter`` around the model).
@@ -85,6 +87,23 @@ def run_warpdeck(folder: Path, fill: int | None = None, pool: str = "threads") -
             "mean_phase_s": report.mean_phase_s, "tuning": list(report.tuning)}
 
 
+def warm_up(paths: list[Path]) -> None:
+    """What the first runner would pay alone: the model's first forward pass (torch's lazy set-up)
+    and Pillow's first decode of each format (its plugins load on first use). Measured on the 2-core
+    VM, the first runner in a process ran about 10 % slower than the same runner after it."""
+    import torch  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    from warpdeck.examples import classify  # noqa: PLC0415
+
+    model = classify.make_model()
+    with torch.inference_mode():
+        classify.classify(model, torch.zeros((BATCH, 3, SIZE, SIZE)), torch.empty((BATCH, classify.CLASSES)))
+    for suffix in sorted({p.suffix for p in paths}):
+        with Image.open(next(p for p in paths if p.suffix == suffix)) as img:
+            img.load()
+
+
 def run_dataloader(paths: list[Path], workers: int) -> dict[str, Any]:
     """One pass of DataLoader(num_workers=workers); the model in this process."""
     import torch  # noqa: PLC0415 - optional, like the example itself
@@ -147,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = classify.make_images(folder, n, seed=0, sizes=SIZES)
         gen_s = time.perf_counter() - g0
         mb = sum(p.stat().st_size for p in paths) / 1e6
+        warm_up(paths)
         wd = run_warpdeck(folder)
         pinned = run_warpdeck(folder, fill=PINNED_FILL)
         procs = run_warpdeck(folder, pool="processes")
