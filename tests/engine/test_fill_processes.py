@@ -315,9 +315,11 @@ async def test_auto_tries_processes_for_a_gil_bound_fill_and_loses_nothing_eithe
         # max_workers so): processes are tried only once threads stop helping, never before.
         assert "fill at max_workers" in log and not report.host_processes, log
         return
-    kept = "processes kept" in log
-    assert kept or "processes did not help" in log, log
-    assert bool(report.host_processes) == kept, log
+    # Kept, taken back, or still on trial when the run ended (a trial is judged a window later: on a
+    # loaded machine threads grew to 5 before the GIL showed, and the run ended during the trial).
+    in_processes = "processes kept" in log or "processes on trial" in report.tuning[-1]
+    assert in_processes or "processes did not help" in log, log
+    assert bool(report.host_processes) == in_processes, log
 
 
 async def test_auto_leaves_a_fill_that_threads_serve_on_threads() -> None:

@@ -32,7 +32,9 @@ import pytest
 from wd_cli import COMMAND, cli_env
 from wd_signals import catches
 
-N = 480
+N = 960
+"""Enough for twenty stops that each let 1-40 more outputs land and what is in flight finish: at 480, a
+fast machine reached the end after 14-17 of them and the rest found nothing left to stop."""
 IN = 64  # float32 values per input; each output is SPREAD times as many (wd_stages:spread)
 ROW = IN * 256  # float32 values per output: 64 KiB
 BATCH = 4
