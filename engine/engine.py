@@ -173,7 +173,8 @@ class Engine:
                 self._plan_for, self.spec.batch_size, host.fill_workers or first_fill,
                 host.sink_workers or 1,
                 self._fill_processes(i) if host.fill_pool == "processes" else None,
-                functools.partial(self._fill_processes, i) if auto else None, writers))
+                functools.partial(self._fill_processes, i) if auto else None, writers,
+                None if host.fill_workers or first_fill == 1 else self.state.tuner.first_fill_fits(lanes_n, first_fill)))
         return lanes
 
     def _sink_processes(self, lane: int) -> ProcessSink:

@@ -273,7 +273,8 @@ class HostSpec(_Model):
 
     fill_workers: int | None = Field(default=None, ge=1, le=64)
     """Threads loading inputs, per lane; absent: tuned, starting at one per core of the CPU budget
-    (shared by the lanes, within ``max_workers`` and a ``slot_depth`` set with ``auto_depth`` off)."""
+    (shared by the lanes, within ``max_workers``, a slot each that ``feeder.memory_budget_mb``
+    holds, and a ``slot_depth`` set with ``auto_depth`` off)."""
     sink_workers: int | None = Field(default=None, ge=1, le=64)
     """Threads writing outputs, per lane; absent: tuned, starting at 1."""
     max_workers: int = Field(default=8, ge=1, le=64)

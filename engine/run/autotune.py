@@ -20,7 +20,8 @@ The decisions this module protects:
   engine itself: there the ring gets two slots more, once (more batches in flight, more moved per
   wake-up of the loop).
 - The fill starts on one thread per core of the CPU budget, shared by the lanes (``first_fill``):
-  a new ring's every slot needs filling before the device starts. Threads that then burn together
+  a new ring's every slot needs filling before the device starts. Each needs a slot the memory
+  budget holds (``first_fill_fits``, asked at the first batch). Threads that then burn together
   hardly more than one core while the process has cores to spare take turns on one GIL; under
   ``fill_pool = "auto"`` they go to processes on trial at once (``_gil_from_the_start``).
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,6 +265,16 @@ class Autotuner:
         images ran 0.1-0.15 s longer than on two threads pinned (issue 31)."""
         n = max(1, min(self.max_workers, math.floor(self.cpu_cores / max(1, lanes) + 1e-9)))
         return n if depth is None else max(1, min(n, depth - 2))
+
+    def first_fill_fits(self, lanes: int, threads: int) -> Callable[[int], int]:
+        """How many of a lane's ``threads`` starting fill threads the memory budget, shared by the
+        ``lanes``, leaves a slot for (each thread its own, the device two more), given a slot's bytes."""
+        share = self.depth.budget_bytes // max(1, lanes)
+
+        def fits(slot_bytes: int) -> int:
+            return threads if slot_bytes <= 0 else max(1, min(threads, share // slot_bytes - 2))
+
+        return fits
 
     def _unit(self, s: LaneSettings, phase: Phase) -> str:
         """What ``phase`` runs on under ``s``, as a decision says it."""

@@ -103,7 +103,8 @@ class Lane:
                  sink: Sink, plan_for: Callable[[BatchKey], StagePlan], batch_size: int,
                  fill_workers: int = 1, sink_workers: int = 1, fill_processes: ProcessFill | None = None,
                  make_fill_processes: Callable[[], ProcessFill | None] | None = None,
-                 sink_processes: ProcessSink | None = None) -> None:
+                 sink_processes: ProcessSink | None = None,
+                 fit_fill: Callable[[int], int] | None = None) -> None:
         self.id = lane_id
         self.batch_size = batch_size
         self.backend = backend
@@ -121,6 +122,10 @@ class Lane:
         """The worker processes that write this lane's outputs (``host.sink_pool``; None: the sink threads do)."""
         if sink_processes is not None:
             sink_processes.resize(sink_workers)
+        self._base_depth = depth
+        self._fit_fill = fit_fill
+        """The fill threads a slot of the given bytes leaves room for, asked once, at the first batch
+        (None: the spec pins them): the fill starts on one thread per core, each with its own slot."""
         if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
             depth = max(depth, fill_workers + 2, sink_workers + 2)
         self.ring = SlotRing(backend, depth, sink_processes)
@@ -336,6 +341,8 @@ class Lane:
         in_shape = (len(batch), *batch.key.shape)
         in_dtype = np.dtype(batch.key.dtype)
         in_bytes, out_bytes = self.batch_bytes(batch.key, plan)
+        if self._fit_fill is not None:
+            self._fit_first_fill(in_bytes, out_bytes)
         if self.fill.input_buffer(slot.host_in, in_bytes):
             self.ring.reallocations += 1
         load = self.fill.loader(slot.host_in)
@@ -350,6 +357,19 @@ class Lane:
         release.held_by = (fill_m,)
         fill_m.when_done(self._poke)
         return _Filling(batch, slot, plan, fill_m, release, in_bytes, out_bytes)
+
+    def _fit_first_fill(self, in_bytes: int, out_bytes: int) -> None:
+        """At the first batch, once a slot's size is known: as many fill threads as the memory
+        budget leaves a slot for (a slot holds the input and output, pinned and on the device), the
+        ring no deeper than they need. A slot the ring drops now finishes its batch first."""
+        fit, self._fit_fill = self._fit_fill, None
+        assert fit is not None
+        n = fit(2 * (in_bytes + out_bytes))
+        if n >= self.workers(Phase.FILL):
+            return
+        self.set_workers(Phase.FILL, n)
+        sink = self.workers(Phase.SINK)
+        self.set_depth(max([self._base_depth] + [w + 2 for w in (n, sink) if w > 1]))
 
     def _watch_memory(self, f: _Filling) -> None:
         """``f`` is the oldest fill: if the device runs dry before it is done (the compute in front

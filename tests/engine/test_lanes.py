@@ -152,3 +152,18 @@ def test_a_process_exits_even_with_a_stream_job_waiting_for_ever(tmp_path: Path)
     except subprocess.TimeoutExpired:
         raise AssertionError("the process hung at exit") from None
     assert "leaving" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize(("budget_mb", "fill", "depth"), [(1024, 2, 4), (20, 1, 2)])
+async def test_the_fill_starts_on_a_thread_per_core_each_with_a_slot_the_memory_budget_holds(
+        budget_mb: float, fill: int, depth: int) -> None:
+    # Every slot of a new ring needs filling before the device starts, so the fill starts on one
+    # thread per core; each thread needs a slot of its own, and a slot of 8 MiB (2 MiB of input and
+    # of output, pinned and on the device) leaves a 20 MB budget room for one thread only.
+    s = spec(["wd_stages:sleep_2ms"], batch_size=4, feeder={"memory_budget_mb": budget_mb}, host={"cpu_cores": 2})
+    async with Engine(s, backend=None, source=SleepySource(12, shape=(65536,)), sink=RecordingSink()) as eng:
+        assert eng.lanes[0].workers(Phase.FILL) == 2  # before the first batch: a slot's size is not known yet
+        report = await eng.wait()
+    assert report.counts.done == 12
+    assert report.host_threads["0"]["fill"] == fill and report.slot_depth == [depth]
+    assert not report.tuning  # three batches: the tuner's first window never closed
