@@ -164,7 +164,9 @@ class Engine:
         self.state.tuner.fill_auto = auto
         lanes = []
         lanes_n = len(self.state.lane_worker)
-        first_fill = self.state.tuner.first_fill(lanes_n, None if self.spec.feeder.auto_depth else self.spec.slot_depth)
+        tuner = self.state.tuner
+        first_fill = tuner.first_fill(lanes_n, None if self.spec.feeder.auto_depth else self.spec.slot_depth)
+        fits = None if host.fill_workers or first_fill == 1 else tuner.first_fill_fits(lanes_n, first_fill)
         for i in range(lanes_n):
             writers = self._sink_processes(i) if host.sink_pool == "processes" else None
             lanes.append(Lane(
@@ -174,7 +176,7 @@ class Engine:
                 host.sink_workers or 1,
                 self._fill_processes(i) if host.fill_pool == "processes" else None,
                 functools.partial(self._fill_processes, i) if auto else None, writers,
-                None if host.fill_workers or first_fill == 1 else self.state.tuner.first_fill_fits(lanes_n, first_fill)))
+                fits))
         return lanes
 
     def _sink_processes(self, lane: int) -> ProcessSink:

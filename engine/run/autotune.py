@@ -479,7 +479,7 @@ class Autotuner:
         to compare with (``_shares_a_gil``), one thread is taken to burn a whole core at most; where
         the threads in fact wait for I/O, the processes' trial finds them no faster and they go."""
         n = now.fill
-        if (not self.fill_auto or now.fill_processes or n < 2 or (lane, Phase.FILL) in self.peak
+        if (not self.fill_auto or now.fill_processes or n <= 1 or (lane, Phase.FILL) in self.peak
                 or lane in self.pool_tried):
             return False
         burned = w.cpu_share(Phase.FILL) * n
