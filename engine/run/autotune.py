@@ -22,7 +22,8 @@ The decisions this module protects:
 - The fill starts on one thread per core of the CPU budget, shared by the lanes (``first_fill``):
   a new ring's every slot needs filling before the device starts. Each needs a slot the memory
   budget holds (``first_fill_fits``, asked at the first batch). Threads that then burn together
-  hardly more than one core while the process has cores to spare take turns on one GIL; under
+  hardly more than one core while cores are spare (this process's count, and the machine's idle
+  cores: another process's load is no GIL, ``idle_cores.py``) take turns on one GIL; under
   ``fill_pool = "auto"`` they go to processes on trial at once (``_gil_from_the_start``).
 - Every change is on trial for one window of at least 0.3 s: threads stay if the phase got at
   least 10 % faster (a jump that sped it up far less than its threads is trimmed to the threads
@@ -232,6 +233,8 @@ class Autotuner:
     """The most threads a (lane, phase) has had: a thread taken back still did work in the window."""
     held: dict[tuple[int, Phase], ThreadCap] = field(default_factory=dict)
     """Why a (lane, phase) got no thread the last time it asked for one."""
+    idle_cores: float | None = None
+    """Cores the machine left idle over the lane's last window, every process counted (None: not measured)."""
     machine_cores: float = field(default_factory=default_cores)
     """Cores the machine lets this process use (the bound counts these; the budget may be less)."""
     fill_processes: bool = False
@@ -468,7 +471,7 @@ class Autotuner:
         caller asks only of threads: worker processes' CPU is not in ``process_cores``)."""
         if phase is not Phase.FILL or not self.fill_auto or have <= had or burned < _BURNS * had:
             return False
-        if self.process_cores > self.cpu_cores - _SPARE_FOR_GIL:
+        if not self._cores_spare():
             return False  # the cores, not the GIL, may hold it: processes would not help
         return w.cpu_share(phase) * have < burned * (1 + _GIL_GROWTH * (have / had - 1))
 
@@ -483,13 +486,20 @@ class Autotuner:
                 or lane in self.pool_tried):
             return False
         burned = w.cpu_share(Phase.FILL) * n
-        if burned < _BURNS * n or max(self.process_cores, self.cores_used()) > self.cpu_cores - _SPARE_FOR_GIL:
+        if burned < _BURNS * n or self.cores_used() > self.cpu_cores - _SPARE_FOR_GIL or not self._cores_spare():
             return False
         if burned >= 1 + _GIL_GROWTH * (n - 1):
             return False
         self.decisions.append(TunerDecision(lane, now.depth, w.device_idle,
                                             f"fill threads share a GIL: {n} burned {burned:.2f} cores"))
         return True
+
+    def _cores_spare(self) -> bool:
+        """Whether the last window left cores spare for a GIL to be what held the fill: this process
+        used less than its budget, and the machine (other processes too) left cores idle."""
+        if self.process_cores > self.cpu_cores - _SPARE_FOR_GIL:
+            return False
+        return self.idle_cores is None or self.idle_cores >= _SPARE_FOR_GIL
 
     @staticmethod
     def _ran(phase: Phase, now: LaneSettings, w: Window) -> float:

@@ -34,6 +34,7 @@ import numpy.typing as npt
 from warpdeck.engine.edges.input_errors import retryable
 from warpdeck.engine.edges.outage import OutageAbandoned
 from warpdeck.engine.run.autotune import LaneSettings, measure_window
+from warpdeck.engine.run.idle_cores import IdleCores
 from warpdeck.engine.run.lane_protocols import LaneLike
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.state.batches import Batch
@@ -68,6 +69,8 @@ class Dispatcher:
         self._since_tune: dict[int, int] = dict.fromkeys(range(nl), 0)
         self._tune_clock: dict[int, tuple[float, float]] = {}
         """Per lane: (perf_counter, process_time) at its last tuning (the process's cores in between)."""
+        self._idle = {i: IdleCores() for i in range(nl)}
+        """Per lane: the machine's idle cores since its last tuning (what other processes left spare too)."""
         self._lane_wait: dict[int, tuple[float, StallReason]] = {}
         self.t0 = time.perf_counter()
         """When the run started (``time.perf_counter``), and how long its first batch took."""
@@ -289,6 +292,7 @@ class Dispatcher:
         w0, c0 = self._tune_clock.get(lane.id, (self.t0, 0.0))
         self._tune_clock[lane.id] = (wall, cpu)
         s.tuner.process_cores = (cpu - c0) / (wall - w0) if wall > w0 and c0 else 0.0
+        s.tuner.idle_cores = self._idle[lane.id].read()
         now = LaneSettings(lane.depth, lane.workers(Phase.FILL), lane.workers(Phase.SINK),
                            lane.fill_in_processes)
         used = sum(ln.nbytes for ln in s.lanes)

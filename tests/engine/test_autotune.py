@@ -247,13 +247,15 @@ def _measured(fill_mean: float, fill_share: float, threads: int, compute_s: floa
     return Window(means, cpu, busy, (span,) * 5)
 
 
-@pytest.mark.parametrize(("share_on_two", "process_cores", "to_processes"), [
-    (0.45, 1.1, True),  # 2 threads burned 0.9 cores where 1 burned 0.73, 0.9 cores of 2 spare: a GIL
-    (0.70, 1.1, False),  # 2 threads burned nearly twice the CPU: they ran side by side
-    (0.45, 1.9, False),  # the process used the machine's cores: they, not a GIL, may hold it
+@pytest.mark.parametrize(("share_on_two", "process_cores", "idle_cores", "to_processes"), [
+    (0.45, 1.1, None, True),  # 2 threads burned 0.9 cores where 1 burned 0.73, 0.9 cores of 2 spare: a GIL
+    (0.45, 1.1, 0.85, True),  # and the machine says so too
+    (0.70, 1.1, None, False),  # 2 threads burned nearly twice the CPU: they ran side by side
+    (0.45, 1.9, None, False),  # the process used the machine's cores: they, not a GIL, may hold it
+    (0.45, 1.1, 0.2, False),  # another process used the rest of them
 ])
 def test_threads_that_burn_no_more_cpu_than_one_take_turns_on_a_gil_and_go_to_processes(
-        share_on_two: float, process_cores: float, to_processes: bool) -> None:
+        share_on_two: float, process_cores: float, idle_cores: float | None, to_processes: bool) -> None:
     # The gil-bound profile (a user's pure-Python load) on 2 cores: 2 threads got 21 % more batches
     # through than 1, enough to keep them, and the tuner went on adding threads to the cap while each
     # held the GIL in turn; a 60-batch run ended before processes were tried.
@@ -262,6 +264,7 @@ def test_threads_that_burn_no_more_cpu_than_one_take_turns_on_a_gil_and_go_to_pr
     now = tuner.decide(0, LaneSettings(2, 1, 1), _measured(0.0436, 0.73, 1), MB, 2 * MB)
     assert now.fill == 2 and not now.fill_processes
     tuner.process_cores = process_cores
+    tuner.idle_cores = idle_cores
     judged = tuner.decide(0, now, _measured(0.0719, share_on_two, 2), MB, now.depth * MB)
     assert judged.fill_processes is to_processes
     if to_processes:
@@ -323,6 +326,7 @@ def test_a_gil_bound_fill_started_on_a_thread_per_core_goes_to_processes_at_once
     model = Model(0.040, 0.010, gil_threads=1, fill_cpu=1.0)
     tuner = _tuner(cores=2.0)
     tuner.fill_auto = True
+    tuner.idle_cores = 0.95  # the machine left the other core idle
     start = LaneSettings(4, tuner.first_fill(1), 1)
     first = tuner.decide(0, start, model.window(start), MB, 4 * MB)
     assert first.fill_processes and first.fill == 2
@@ -333,17 +337,19 @@ def test_a_gil_bound_fill_started_on_a_thread_per_core_goes_to_processes_at_once
     assert kept.fill_processes and "processes kept" in tuner.decisions[-1].reason
 
 
-@pytest.mark.parametrize(("fill_cpu", "process_cores", "why"), [
-    (1.9, 0.0, "two threads burned nearly two cores: they ran side by side (a decoder that lets the GIL go)"),
-    (1.0, 1.9, "the process kept both cores busy: the cores, not a GIL, may hold the fill"),
-    (0.4, 0.0, "the threads mostly wait (I/O): more threads, not processes"),
+@pytest.mark.parametrize(("fill_cpu", "process_cores", "idle_cores", "why"), [
+    (1.9, 0.0, None, "two threads burned nearly two cores: they ran side by side (a decoder that lets the GIL go)"),
+    (1.0, 1.9, None, "the process kept both cores busy: the cores, not a GIL, may hold the fill"),
+    (0.4, 0.0, None, "the threads mostly wait (I/O): more threads, not processes"),
+    (1.0, 0.0, 0.1, "another process kept the other core busy (a CI job beside image decoding): no core was spare"),
 ])
 def test_a_fill_started_wide_that_is_not_gil_bound_stays_on_threads(fill_cpu: float, process_cores: float,
-                                                                    why: str) -> None:
+                                                                    idle_cores: float | None, why: str) -> None:
     model = Model(0.040, 0.010, gil_threads=1, fill_cpu=fill_cpu)
     tuner = _tuner(cores=2.0)
     tuner.fill_auto = True
     tuner.process_cores = process_cores
+    tuner.idle_cores = idle_cores
     start = LaneSettings(4, 2, 1)
     after = tuner.decide(0, start, model.window(start), MB, 4 * MB)
     assert not after.fill_processes, why
