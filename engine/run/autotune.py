@@ -342,6 +342,12 @@ class Autotuner:
         idle = w.device_idle
         compute = w.mean_s[_COMPUTE]
         open_ = [p for p in _HOST if p not in self.pinned and (lane, p) not in self.saturated]
+        if Phase.FILL in open_ and self._ran(Phase.FILL, now, w) >= _MOSTLY and self._gil_from_the_start(lane, now, w):
+            # Whatever the device's idle says: threads taking turns on the GIL also hold up every
+            # other thread of the process, compute's among them, whose wall time then looks like
+            # the device's (the gil-bound profile's compute read 29 ms for 10, "busy 93 %").
+            fill_s = w.mean_s[Phase.FILL - 1]
+            return self._try_processes(lane, now, Phase.FILL, now.fill / fill_s if fill_s > 0 else 0.0, now.fill, w)
         if idle > self.depth.idle_threshold and open_ and compute > 0:
             # The host phase slowest per thread, if its threads get through fewer batches than
             # compute with a margin (a heavy-tailed load whose mean equals compute's needs a
@@ -359,10 +365,6 @@ class Autotuner:
                                f"{name} {self._unit(now, host)} idle most of the window: the device waits for "
                                f"the engine, not the {name}")
             elif per_thread[host - 1] * _MARGIN > compute:
-                if host is Phase.FILL and self._gil_from_the_start(lane, now, w):
-                    fill_s = w.mean_s[Phase.FILL - 1]
-                    return self._try_processes(lane, now, Phase.FILL, now.fill / fill_s if fill_s > 0 else 0.0,
-                                               now.fill, w)
                 grown = self._add_thread(lane, now, host, w, idle, slot_bytes, used_bytes, tune_depth)
                 if grown is not None:
                     return grown

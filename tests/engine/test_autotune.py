@@ -354,3 +354,20 @@ def test_a_fill_started_wide_that_is_not_gil_bound_stays_on_threads(fill_cpu: fl
     after = tuner.decide(0, start, model.window(start), MB, 4 * MB)
     assert not after.fill_processes, why
     assert not any("GIL" in d.reason for d in tuner.decisions), why
+
+
+def test_a_gil_bound_fill_goes_to_processes_even_where_compute_looks_busy() -> None:
+    # Compute waits for the GIL the fill's threads hold, and its wall time then reads as the
+    # device's: the gil-bound profile's 10 ms compute measured 29 ms, the device "busy 93 %", and
+    # the first window grew the ring instead.
+    tuner = _tuner(cores=2.0)
+    tuner.fill_auto = True
+    tuner.idle_cores = 0.97
+    fill_mean, compute = 0.060, 0.030
+    rate = 2 / fill_mean
+    span = N / rate
+    means = (fill_mean, 0.001, compute, 0.001, 0.003)
+    w = Window(means, (0.5 * fill_mean, 0.0, 0.0, 0.0, 0.0), tuple(m * N for m in means), (span,) * 5)
+    assert w.device_idle < 0.02  # compute looks always busy
+    after = tuner.decide(0, LaneSettings(4, 2, 1), w, MB, 4 * MB)
+    assert after.fill_processes and after.fill == 2
