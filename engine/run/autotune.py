@@ -347,7 +347,8 @@ class Autotuner:
             # other thread of the process, compute's among them, whose wall time then looks like
             # the device's (the gil-bound profile's compute read 29 ms for 10, "busy 93 %").
             fill_s = w.mean_s[Phase.FILL - 1]
-            return self._try_processes(lane, now, Phase.FILL, now.fill / fill_s if fill_s > 0 else 0.0, now.fill, w)
+            return self._try_processes(lane, now, Phase.FILL, now.fill / fill_s if fill_s > 0 else 0.0, now.fill, w,
+                                       "its threads take turns on one GIL")
         if idle > self.depth.idle_threshold and open_ and compute > 0:
             # The host phase slowest per thread, if its threads get through fewer batches than
             # compute with a margin (a heavy-tailed load whose mean equals compute's needs a
@@ -511,7 +512,7 @@ class Autotuner:
         return min(1.0, w.busy_s[i] / span) if span > 0 else 1.0
 
     def _try_processes(self, lane: int, then: LaneSettings, phase: Phase, rate: float, workers: int,
-                       w: Window) -> LaneSettings:
+                       w: Window, why: str = "threads do not speed it up") -> LaneSettings:
         """``then``, or, where threads stopped speeding the fill up and ``[host] fill_pool = "auto"``
         allows it (once per lane), the fill in ``workers`` processes on trial (the count the
         threads' trial had: each process has its own GIL); ``then`` is where a failed trial goes."""
@@ -520,7 +521,7 @@ class Autotuner:
         self.pool_tried.add(lane)
         self.pool_trial[lane] = (rate, then.fill)
         self.decisions.append(TunerDecision(lane, then.depth, w.device_idle,
-                                            f"fill in {workers} processes on trial: threads do not speed it up"))
+                                            f"fill in {workers} processes on trial: {why}"))
         return LaneSettings(max(then.depth, workers + 2), workers, then.sink, fill_processes=True)
 
     def _judge_pool(self, lane: int, now: LaneSettings, w: Window, before: float, threads: int) -> LaneSettings:

@@ -332,7 +332,7 @@ def test_a_gil_bound_fill_started_on_a_thread_per_core_goes_to_processes_at_once
     assert first.fill_processes and first.fill == 2
     reasons = [d.reason for d in tuner.decisions]
     assert reasons[:2] == ["fill threads share a GIL: 2 burned 1.00 cores",
-                           "fill in 2 processes on trial: threads do not speed it up"]
+                           "fill in 2 processes on trial: its threads take turns on one GIL"]
     kept = tuner.decide(0, first, model.window(first), MB, 4 * MB)
     assert kept.fill_processes and "processes kept" in tuner.decisions[-1].reason
 
