@@ -485,13 +485,12 @@ class Autotuner:
         to compare with (``_shares_a_gil``), one thread is taken to burn a whole core at most; where
         the threads in fact wait for I/O, the processes' trial finds them no faster and they go."""
         n = now.fill
-        if (not self.fill_auto or now.fill_processes or n <= 1 or (lane, Phase.FILL) in self.peak
-                or lane in self.pool_tried):
+        if now.fill_processes or (lane, Phase.FILL) in self.peak or lane in self.pool_tried:
             return False
         burned = w.cpu_share(Phase.FILL) * n
-        if burned < _BURNS * n or self.cores_used() > self.cpu_cores - _SPARE_FOR_GIL or not self._cores_spare():
+        if burned < _BURNS * n or self.cores_used() > self.cpu_cores - _SPARE_FOR_GIL:
             return False
-        if burned >= 1 + _GIL_GROWTH * (n - 1):
+        if not self._shares_a_gil(Phase.FILL, 1, n, 1.0, w):  # against one thread burning a whole core
             return False
         self.decisions.append(TunerDecision(lane, now.depth, w.device_idle,
                                             f"fill threads share a GIL: {n} burned {burned:.2f} cores"))

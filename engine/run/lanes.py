@@ -126,9 +126,7 @@ class Lane:
         self._fit_fill = fit_fill
         """The fill threads a slot of the given bytes leaves room for, asked once, at the first batch
         (None: the spec pins them): the fill starts on one thread per core, each with its own slot."""
-        if max(fill_workers, sink_workers) > 1:  # every thread needs a slot, and the device one more
-            depth = max(depth, fill_workers + 2, sink_workers + 2)
-        self.ring = SlotRing(backend, depth, sink_processes)
+        self.ring = SlotRing(backend, self._depth_for(fill_workers, sink_workers), sink_processes)
         """The slots, and where their buffers live."""
         self._last_compute: Marker | None = None
         self.status: LaneStatus = "starting"
@@ -368,8 +366,11 @@ class Lane:
         if n >= self.workers(Phase.FILL):
             return
         self.set_workers(Phase.FILL, n)
-        sink = self.workers(Phase.SINK)
-        self.set_depth(max([self._base_depth] + [w + 2 for w in (n, sink) if w > 1]))
+        self.set_depth(self._depth_for(n, self.workers(Phase.SINK)))
+
+    def _depth_for(self, fill: int, sink: int) -> int:
+        """The spec's depth, or deeper where threads need it: a slot each, and the device one more."""
+        return max([self._base_depth] + [w + 2 for w in (fill, sink) if w > 1])
 
     def _watch_memory(self, f: _Filling) -> None:
         """``f`` is the oldest fill: if the device runs dry before it is done (the compute in front
