@@ -37,7 +37,7 @@ from warpdeck.engine.api import (
     more_lanes_words,
 )
 
-__all__ = ["render_snapshot", "run_headless", "summary_table"]
+__all__ = ["drive", "render_snapshot", "run_headless", "signalled", "stop_signals", "summary_table"]
 
 _PHASES = ("fill", "h2d", "compute", "d2h", "sink")
 _SHOWN_FAILURES = 10
@@ -138,33 +138,44 @@ async def run_headless(spec: PipelineSpec, run_dir: Path, console: Console, live
     if control is not None and control.secret is None:
         console.print(f"note: {UNAUTHENTICATED}", markup=False, highlight=False, soft_wrap=True)
     engine = Engine(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control)
-    with _stop_signals() as stopping, exporting(exports, engine.events, engine.publisher, spec.name) as out:
+    with stop_signals() as stopping, exporting(exports, engine.events, engine.publisher, spec.name) as out:
         _say_exports(out, console)
         async with engine:
-            # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
-            # full collection need not walk it. Full collections stop every thread, the control plane's
-            # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
-            gc.freeze()
-            lines = WorkerLines(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-            quiet = engine.events.subscribe(lines.listen)
-            try:
-                watch = asyncio.create_task(_watch(engine, console, live), name="warpdeck-headless")
-                stop = asyncio.create_task(stopping.wait(), name="warpdeck-stop-signal")
-                await asyncio.wait((watch, stop), return_when=asyncio.FIRST_COMPLETED)
-                for task in (stop, watch):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task  # the watch's own failure (the engine's) is raised here
-            finally:
-                quiet()
-                gc.unfreeze()
-        # Leaving the engine stopped it if a signal came first; its report says so ("stopped"), and why.
-        report = engine.report
-        assert report is not None, "the engine writes its report as it closes"
-        if stopping.is_set() and report.status == "stopped" and not report.stopped_by:
-            report = report.model_copy(update={"stopped_by": "signal"})
+            await drive(engine, console, live, stopping)
+        report = signalled(engine, stopping)
     await asyncio.sleep(0)
     console.print(summary_table(report))
+    return report
+
+
+async def drive(engine: Engine, console: Console, live: bool, stopping: asyncio.Event) -> None:
+    """Show an entered engine's run until it ends or ``stopping`` is set (leaving the engine then stops it)."""
+    # What exists now lives as long as the run (imports, the task table, the lanes' buffers): a
+    # full collection need not walk it. Full collections stop every thread, the control plane's
+    # among them, and took up to 350 ms with a million tasks known (benchmarks/README.md).
+    gc.freeze()
+    lines = WorkerLines(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    quiet = engine.events.subscribe(lines.listen)
+    try:
+        watch = asyncio.create_task(_watch(engine, console, live), name="warpdeck-headless")
+        stop = asyncio.create_task(stopping.wait(), name="warpdeck-stop-signal")
+        await asyncio.wait((watch, stop), return_when=asyncio.FIRST_COMPLETED)
+        for task in (stop, watch):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task  # the watch's own failure (the engine's) is raised here
+    finally:
+        quiet()
+        gc.unfreeze()
+
+
+def signalled(engine: Engine, stopping: asyncio.Event) -> RunReport:
+    """The report of an engine left after ``drive``: leaving it stopped it if a signal came first;
+    its report says so ("stopped"), and why."""
+    report = engine.report
+    assert report is not None, "the engine writes its report as it closes"
+    if stopping.is_set() and report.status == "stopped" and not report.stopped_by:
+        report = report.model_copy(update={"stopped_by": "signal"})
     return report
 
 
@@ -269,7 +280,7 @@ class OutageLines:
 
 
 @contextlib.contextmanager
-def _stop_signals() -> Iterator[asyncio.Event]:
+def stop_signals() -> Iterator[asyncio.Event]:
     """An event set by the first SIGINT or SIGTERM while the run lasts; each handler then steps
     aside, so a second signal acts as it would have without us."""
     loop = asyncio.get_running_loop()

@@ -17,9 +17,13 @@ Exit status of ``run`` and ``demo``, headless or under the control room (decided
       fixed, the same command again finishes the run
 6     the journal could not be written (the run stopped at once, or its run directory could not
       be opened); the same command again resumes once its disk is fixed
+7     a spec with steps was held at a gate with no decision: the same command with
+      ``--approve STEP`` goes on (finished steps are not run again)
+8     a gate was rejected (``--reject STEP``, or from the control room): the steps after it did not run
 ====  =====================================================================================
 
-Where two apply, the higher of 6, 5 and 4 wins, then failed or cancelled (1), then drained (3).
+Where two apply, the higher of 6, 5 and 4 wins, then 8 and 7, then failed or cancelled (1), then
+drained (3).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from rich.console import Console
 
 from warpdeck.cli.advise import add_advise_parser, run_advise
 from warpdeck.cli.check import add_check_parser, run_check
+from warpdeck.cli.reports import refuse, write_report
 from warpdeck.cli.run_log import LOG_NAME, RunLog
+from warpdeck.cli.steps import run_steps_command
 from warpdeck.engine.api import (
     EXIT_STATUS_HELP,
     BackendError,
@@ -86,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path)
     run.add_argument("--retry-failed", action="store_true",
                      help="when resuming a run directory, retry the tasks that failed in it")
+    run.add_argument("--approve", action="append", default=[], metavar="STEP",
+                     help="a spec with steps: approve STEP's gate (repeatable); kept in the run directory's ledger")
+    run.add_argument("--reject", action="append", default=[], metavar="STEP",
+                     help="a spec with steps: reject STEP's gate, ending the run there (exit status 8)")
+    run.add_argument("--note", default="", help="what you say of the gates you --approve or --reject (kept with them)")
     _common(run)
     demo = sub.add_parser("demo", help="run a built-in example pipeline on generated inputs", epilog=EXIT_STATUS_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None, early: list[int] | None = None) -> int:
             return _run_command(args, err, name)
     except KeyboardInterrupt:  # a signal while the run started, or a second one while it stopped
         err.print("interrupted before the run could report")
-        _write_report(not_run(name, stopped_by="signal"), args.json, err)
+        write_report(not_run(name, stopped_by="signal"), args.json, err)
         return ExitStatus.STOPPED
 
 
@@ -195,13 +206,6 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _refuse(report: RunReport, err: Console, path: Path | None) -> int:
-    """Say why a run did not start (the reason is the report's), write its report, give its status."""
-    err.print(f"error: {report.refused or report.journal_error}", markup=False, highlight=False, soft_wrap=True)
-    _write_report(report, path, err)
-    return report.exit_code
-
-
 def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
     """``warpdeck run`` and ``warpdeck demo``: every ending, a refusal too, writes its report."""
     try:
@@ -211,7 +215,7 @@ def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
             count = args.count or (4000 if args.headless else 60_000)
             spec = _demo_spec(count, outputs=args.headless or args.outputs)
     except SpecError as exc:
-        return _refuse(not_run(name, refused=str(exc)), err, args.json)
+        return refuse(not_run(name, refused=str(exc)), err, args.json)
     if args.backend:
         spec = spec.model_copy(update={"backend": args.backend})
     try:
@@ -219,9 +223,11 @@ def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
         exports = ExportSettings(trace=args.trace,
                                  metrics=parse_metrics_address(args.metrics) if args.metrics else None)
     except ValueError as exc:
-        return _refuse(not_run(spec.name, refused=str(exc)), err, args.json)
+        return refuse(not_run(spec.name, refused=str(exc)), err, args.json)
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
     retry_failed = getattr(args, "retry_failed", False)
+    if spec.steps:
+        return run_steps_command(spec, run_dir, args, control, exports, err)
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
     journal = False if args.command == "demo" and args.run_dir is None else None
     if not args.headless:
@@ -242,12 +248,12 @@ def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
                                               retry_failed=retry_failed, journal=journal, control=control,
                                               exports=exports))
     except JournalError as exc:  # the run directory's disk refused the journal: not a usage error
-        return _refuse(not_run(spec.name, journal_error=str(exc)), err, args.json)
+        return refuse(not_run(spec.name, journal_error=str(exc)), err, args.json)
     except (BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        return _refuse(not_run(spec.name, refused=str(exc)), err, args.json)
+        return refuse(not_run(spec.name, refused=str(exc)), err, args.json)
     except OSError as exc:  # a trace file or a metrics port refused: nothing ran
-        return _refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, args.json)
-    _write_report(report, args.json, err)
+        return refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, args.json)
+    write_report(report, args.json, err)
     _closing_note(report, err)
     _ray_note(spec, run_dir, ray_log, err)
     return report.exit_code
@@ -383,15 +389,15 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
             report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
                                       control=control, exports=exports)
     except JournalError as exc:
-        return _refuse(not_run(spec.name, journal_error=str(exc)), err, json_path)
+        return refuse(not_run(spec.name, journal_error=str(exc)), err, json_path)
     except (UnknownTheme, BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
-        return _refuse(not_run(spec.name, refused=str(exc)), err, json_path)
+        return refuse(not_run(spec.name, refused=str(exc)), err, json_path)
     except OSError as exc:
-        return _refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, json_path)
+        return refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, json_path)
     if report is None:
         err.print("the engine stopped before it could report")
         return ExitStatus.STOPPED
-    _write_report(report, json_path, err)
+    write_report(report, json_path, err)
     # The status comes from the report (quitting with work running leaves it "stopped": 4), never
     # from how the app closed.
     Console().print(f"{spec.name}: {report.ended}; {report.counts.done:,} done, {report.counts.failed:,} failed, "
@@ -420,20 +426,6 @@ def _closing_note(report: RunReport, err: Console) -> None:
         why = f"stopped: the source failed after {c.total:,} tasks ({report.source_error}; traceback in the report)"
         how = f"once the source is fixed, {how}"
     err.print(f"{report.pipeline}: {why}, {c.done:,} done; {how}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _write_report(report: RunReport, path: Path | None, err: Console) -> None:
-    """Write the JSON report; where its path is unwritable, say so and put the summary on stderr."""
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    except OSError as exc:
-        c = report.counts
-        err.print(f"error: cannot write the report to {path}: {exc.strerror or exc}; the run {report.status}, "
-                  f"{c.done:,} done, {c.failed:,} failed, {c.cancelled:,} cancelled, {c.queued + c.running:,} left "
-                  f"(exit status {int(report.exit_code)})", markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

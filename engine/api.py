@@ -28,6 +28,7 @@ from warpdeck.engine.edges.input_errors import InputError
 from warpdeck.engine.edges.journal import JournalError, RunDirError, SpecMismatch
 from warpdeck.engine.edges.sinks import Sink
 from warpdeck.engine.edges.sources import IterableSource, Source, open_source
+from warpdeck.engine.edges.step_ledger import GateDecision, LedgerError
 from warpdeck.engine.engine import Engine
 from warpdeck.engine.hosted import HostedEngine
 from warpdeck.engine.run.torch_stages import torch_stage
@@ -85,6 +86,7 @@ from warpdeck.engine.state.snapshot import (
     WorkerView,
     ended_words,
 )
+from warpdeck.engine.state.step_report import GateView, SegmentReport, StepsReport, result_words
 from warpdeck.engine.state.task_states import (
     ALL_QUARANTINED,
     Phase,
@@ -96,6 +98,8 @@ from warpdeck.engine.state.task_states import (
 )
 from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
 from warpdeck.engine.state.tasks import AttemptOutcome, TaskAttempt
+from warpdeck.engine.steps.plan import Segment, plan_steps
+from warpdeck.engine.steps.runner import GateAsk, StepRun, run_steps
 
 __all__ = [
     "ALL_QUARANTINED",
@@ -138,6 +142,9 @@ __all__ = [
     "FeederState",
     "FeederView",
     "Figures",
+    "GateAsk",
+    "GateDecision",
+    "GateView",
     "HostProcess",
     "HostThreads",
     "HostedEngine",
@@ -146,6 +153,7 @@ __all__ = [
     "JournalError",
     "LaneStatus",
     "LaneView",
+    "LedgerError",
     "LinkView",
     "LoopThread",
     "OutageView",
@@ -165,6 +173,8 @@ __all__ = [
     "RunEvent",
     "RunEvents",
     "RunReport",
+    "Segment",
+    "SegmentReport",
     "SetDepth",
     "Sink",
     "SlotState",
@@ -181,6 +191,8 @@ __all__ = [
     "StalledTask",
     "State",
     "StateName",
+    "StepRun",
+    "StepsReport",
     "StoryOutcome",
     "TaskAttempt",
     "TaskDetail",
@@ -207,11 +219,14 @@ __all__ = [
     "parse_broker",
     "parse_metrics_address",
     "parse_spec",
+    "plan_steps",
     "ray_log_grew",
     "ray_log_size",
     "read_recording",
     "resource_amounts",
+    "result_words",
     "run_pipeline",
+    "run_steps",
     "seconds_text",
     "select_backend",
     "torch_stage",

@@ -55,7 +55,7 @@ from warpdeck.engine.run.reporting import RunFacts, make_report
 from warpdeck.engine.run.run_state import RunState
 from warpdeck.engine.run.snapshot_builder import HOST, SnapshotBuilder
 from warpdeck.engine.run.task_keys import TaskKeys
-from warpdeck.engine.run.torch_stages import stage_fns
+from warpdeck.engine.run.torch_stages import Params, stage_fns
 from warpdeck.engine.state.batches import BatchKey, TaskInput
 from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.leases import LeaseBook
@@ -80,8 +80,13 @@ class Engine:
     def __init__(self, spec: PipelineSpec, run_dir: Path | str | None = None, *,
                  backend: Backend | None = None, source: Source | None = None, sink: Sink | None = None,
                  snapshot_interval: float = 0.1, journal: bool | None = None, retry_failed: bool = False,
-                 control: ControlSettings | None = None, workers: int = 1) -> None:
+                 control: ControlSettings | None = None, workers: int = 1, params: Params | None = None) -> None:
+        if spec.steps:
+            raise ValueError(f"{spec.name}: a spec with steps runs step by step (engine/steps/runner.py: run_steps), "
+                             "not in one engine")
         self.spec = spec
+        self._params = params
+        """The results of the reduces before this step (``fn(xp, inp, out, params)``), None outside a step."""
         self.run_dir = Path(run_dir) if run_dir is not None else Path(".warpdeck") / spec.name
         # executor = "ray": the actors that run the batches (None: lanes in this process).
         self.executor, workers, backend = _scale_out(spec, self._kick, workers, backend, self.run_dir, control)
@@ -152,7 +157,7 @@ class Engine:
         self.dispatcher.on_admit()
 
     def _make_lanes(self) -> Sequence[LaneLike]:
-        self._fns = stage_fns(self.spec.stages, self.backend.torch_stream)
+        self._fns = stage_fns(self.spec.stages, self.backend.torch_stream, self._params)
         self._plans: dict[BatchKey, StagePlan] = {}
         # Environment errors hold a lane's writes (an outage) instead of failing its tasks.
         where = sink_dir(self.sink, self.run_dir)

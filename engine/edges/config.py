@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 import tomllib
 from collections.abc import Callable
@@ -20,14 +21,13 @@ from pydantic import (
     BeforeValidator,
     Field,
     ValidationError,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
 from warpdeck.engine.edges.config_tables import ParquetSink, ParquetSource
 from warpdeck.engine.edges.executor_spec import ExecutorSpec, RuntimeEnvSpec, why_not_shared
 from warpdeck.engine.edges.spec_types import DTYPES, Dtype, Shape, SpecModel, Target
+from warpdeck.engine.edges.step_spec import StageSpec, StepSpec, graph_issues
 from warpdeck.engine.state.slot_depth import DEPTH_MAX, DEPTH_MIN
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "RuntimeEnvSpec",
     "SpecError",
     "SpecIssue",
-    "StageSpec",
     "SyntheticSource",
     "load_spec",
     "parse_spec",
@@ -209,33 +208,6 @@ class NullSink(_Model):
     kind: Literal["null"]
 
 
-class StageSpec(_Model):
-    """One stage function ``fn(xp, inp, out)``, run on the compute stream (a torch stage: ``framework``)."""
-
-    fn: Target
-    """``module:function``; the same code runs with xp = numpy or cupy."""
-    deadline_s: float = Field(default=60.0, gt=0)
-    """A batch in this stage longer than this is reported hung."""
-    out_shape: Shape | None = None
-    """Per-task output shape; default: the function's ``out_spec`` or else the input shape."""
-    out_dtype: Dtype | None = None
-    """Per-task output dtype; default: the function's ``out_spec`` or else the input dtype."""
-    framework: Literal["array", "torch"] = "array"
-    """``array``: ``fn(xp, inp, out)`` on NumPy/CuPy arrays; ``torch``: ``fn(inp, out)`` (with a
-    factory ``fn(model, inp, out)``) on torch tensors sharing the slot buffers, under
-    ``torch.inference_mode()`` (``pip install 'warpdeck[torch]'``; docs/torch.md)."""
-    factory: Target | None = None
-    """Torch stages only: ``module:function`` called with no arguments once per lane, on its first
-    batch; what it returns (the model) is the stage's first argument."""
-
-    @field_validator("factory")
-    @classmethod
-    def _factory_needs_torch(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is not None and info.data.get("framework") != "torch":
-            raise ValueError('a factory needs framework = "torch"')
-        return v
-
-
 class RetrySpec(_Model):
     """What happens when a task's attempt fails."""
 
@@ -333,8 +305,11 @@ class PipelineSpec(_Model):
     sink: Annotated[NpyDirSink | ParquetSink | CallableSink | NullSink,
                     Field(discriminator="kind")] = NpyDirSink(kind="npy_dir")
     """Where outputs go."""
-    stages: list[StageSpec] = Field(min_length=1)
-    """Stage functions, run in order inside the compute phase."""
+    stages: list[StageSpec] = Field(default_factory=list)
+    """Stage functions, run in order inside the compute phase (a spec without ``steps``)."""
+    steps: list[StepSpec] = Field(default_factory=list)
+    """A pipeline of several steps (maps, reduces, gates), each with its own stages, in place of
+    ``stages`` (``engine/edges/step_spec.py``, docs/spec.md)."""
     batch_size: int = Field(default=64, ge=1, le=1 << 20)
     """Tasks per batch."""
     slot_depth: int = Field(default=2, ge=DEPTH_MIN, le=DEPTH_MAX)
@@ -360,6 +335,19 @@ class PipelineSpec(_Model):
     task marked as suspect (task detail and report say how many values); ``fail`` fails the task
     without writing anything (not retried: the same input gives the same values); ``allow``
     does not look (integer outputs are never checked)."""
+
+    @model_validator(mode="after")
+    def _stages_or_steps(self) -> PipelineSpec:
+        if self.steps and self.stages:
+            raise ValueError("stages: with [[steps]], each step names its own stages")
+        if not self.steps and not self.stages:
+            raise ValueError("stages: a spec needs [[stages]] (or [[steps]])")
+        if self.steps:
+            if issues := graph_issues(self.steps):
+                raise ValueError("\n".join(f"{i.loc}: {i.message}" for i in issues))
+            if self.executor.kind != "local":
+                raise ValueError("executor: a spec with steps runs on local lanes for now")
+        return self
 
     @model_validator(mode="after")
     def _depth_in_range(self) -> PipelineSpec:
@@ -426,8 +414,26 @@ def _issues(err: ValidationError) -> list[SpecIssue]:
                        if not (i > 0 and parts[i - 1] in ("source", "sink") and p in _UNION_TAGS))
         got = e.get("input")
         shown = "" if isinstance(got, dict) else repr(got)[:60]
+        if e["type"] == "value_error":
+            out += _placed(loc, str(e["ctx"]["error"]), shown)
+            continue
         out.append(SpecIssue(loc or "(top level)", e["msg"], shown))
     return out
+
+
+_PLACED = re.compile(r"^([a-z_][\w.]*): (.+)$")
+
+
+def _placed(loc: str, message: str, shown: str) -> list[SpecIssue]:
+    """A check's message as issues: a line that starts with a field (``steps.2.after.0: ...``,
+    ``combine: ...``) is about that field, under ``loc``; any other line is about ``loc`` itself."""
+    issues = []
+    for line in message.splitlines():
+        if m := _PLACED.match(line):
+            issues.append(SpecIssue(f"{loc}.{m[1]}" if loc else m[1], m[2]))
+        else:
+            issues.append(SpecIssue(loc or "(top level)", line, shown))
+    return issues
 
 
 # pydantic puts the discriminator's value into the location of union errors; it adds nothing.
@@ -460,8 +466,13 @@ def _has_torch() -> bool:
 
 
 def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
-    places: list[tuple[str, str]] = [(f"stages.{i}.fn", s.fn) for i, s in enumerate(spec.stages)]
-    places += [(f"stages.{i}.factory", s.factory) for i, s in enumerate(spec.stages) if s.factory is not None]
+    stage_lists = [("stages", spec.stages)] + [(f"steps.{j}.stages", st.stages) for j, st in enumerate(spec.steps)]
+    places: list[tuple[str, str]] = [(f"{at}.{i}.fn", s.fn) for at, stages in stage_lists for i, s in enumerate(stages)]
+    places += [(f"{at}.{i}.factory", s.factory) for at, stages in stage_lists for i, s in enumerate(stages)
+               if s.factory is not None]
+    places += [(f"steps.{j}.reduce.{name}", target) for j, st in enumerate(spec.steps) if st.reduce is not None
+               for name, target in (("combine", st.reduce.combine), ("merge", st.reduce.merge),
+                                    ("finish", st.reduce.finish)) if target is not None]
     if isinstance(spec.source, CallableSource):
         places.append(("source.target", spec.source.target))
     if isinstance(spec.source, ItemsSource):
@@ -471,8 +482,9 @@ def _check_targets(spec: PipelineSpec, base: Path | None, file: str) -> None:
     if isinstance(spec.sink, CallableSink):
         places += [(f"sink.{name}", target) for name, target in (
             ("target", spec.sink.target), ("write_batch", spec.sink.write_batch)) if target is not None]
-    issues = [SpecIssue(f"stages.{i}.framework", "needs PyTorch: pip install 'warpdeck[torch]'")
-              for i, s in enumerate(spec.stages) if s.framework == "torch" and not _has_torch()]
+    issues = [SpecIssue(f"{at}.{i}.framework", "needs PyTorch: pip install 'warpdeck[torch]'")
+              for at, stages in stage_lists for i, s in enumerate(stages)
+              if s.framework == "torch" and not _has_torch()]
     for loc, target in places:
         try:
             resolve_target(target, base)

@@ -135,7 +135,9 @@ class SpecIdentity:
 def spec_identity(spec: PipelineSpec) -> SpecIdentity:
     """Name and SHA-256 of the normalised spec, tuning fields left out (see ``_TUNING``)."""
     data = spec.model_dump(mode="json", exclude=_TUNING)
-    for stage in data["stages"]:
+    if not data["steps"]:
+        del data["steps"]  # a spec of one step is identified as it was before steps existed
+    for stage in data["stages"] + [stage for step in data.get("steps", []) for stage in step["stages"]]:
         stage.pop("deadline_s", None)
     return _identity(spec.name, data)
 
@@ -157,6 +159,8 @@ def _made_by_same(made_by: SpecIdentity, identity: SpecIdentity) -> bool:
     data = json.loads(made_by.spec)
     for name in _TUNING:
         data.pop(name, None)
+    if data.get("steps") == []:
+        del data["steps"]  # no steps is one step, identified as it was before steps existed
     then = _identity(made_by.name, data)
     if then == identity:
         return True

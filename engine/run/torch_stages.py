@@ -18,14 +18,16 @@ The decisions this module protects:
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from warpdeck.engine.edges.config import StageSpec, resolve_target
+from warpdeck.engine.edges.config import resolve_target
+from warpdeck.engine.edges.step_spec import StageSpec
 
-__all__ = ["TorchStage", "stage_fns", "torch_stage"]
+__all__ = ["Params", "TorchStage", "WithParams", "stage_fns", "takes_params", "torch_stage"]
 
 StageFn = Callable[..., Any]
 """What the lanes call a stage with: ``fn(xp, inp, out)``."""
@@ -72,17 +74,56 @@ class TorchStage:
                 self._fn(model, t_in, t_out)
 
 
-def stage_fns(stages: Sequence[StageSpec], stream: Callable[[], AbstractContextManager[Any]]) -> tuple[StageFn, ...]:
+def stage_fns(stages: Sequence[StageSpec], stream: Callable[[], AbstractContextManager[Any]],
+              params: Params | None = None) -> tuple[StageFn, ...]:
     """The callables the lanes run for ``stages``: array stages as resolved, torch stages wrapped
-    (``stream`` is the backend's ``torch_stream``)."""
+    (``stream`` is the backend's ``torch_stream``). With ``params`` (a step after reduces: each
+    reduce's result by its step's name), an array stage whose function takes a fourth parameter is
+    called with them."""
     fns: list[StageFn] = []
     for st in stages:
         fn = resolve_target(st.fn)
         if st.framework == "torch":
             factory = resolve_target(st.factory) if st.factory is not None else None
             fn = TorchStage(fn, factory, stream)
+        elif params is not None and takes_params(fn):
+            fn = WithParams(fn, params)
         fns.append(fn)
     return tuple(fns)
+
+
+_PARAMS_AT = 3
+"""``params`` is a stage function's fourth positional parameter, after ``xp``, ``inp`` and ``out``."""
+
+Params = Mapping[str, Mapping[str, Any]]
+"""What a step's stages are given of the reduces before it: each one's result (names to arrays) by its step's name."""
+
+
+def takes_params(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has a fourth positional parameter without a default (``fn(xp, inp, out, params)``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as fn(xp, inp, out)
+        return False
+    positional = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) > _PARAMS_AT:
+        return positional[_PARAMS_AT].default is inspect.Parameter.empty
+    return any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+
+
+class WithParams:
+    """An array stage called ``fn(xp, inp, out, params)``: the one wrapper a step after a reduce adds,
+    for the functions that ask for the results."""
+
+    def __init__(self, fn: StageFn, params: Params) -> None:
+        self._fn = fn
+        self._params = params
+        self.out_spec: Any = getattr(fn, "out_spec", None)
+        """The wrapped function's ``out_spec`` (``plan_stages`` reads it from here)."""
+
+    def __call__(self, xp: Any, inp: Any, out: Any) -> None:
+        self._fn(xp, inp, out, self._params)
 
 
 class _Adapted:

@@ -50,6 +50,11 @@ class ExitStatus(enum.IntEnum):
     JOURNAL = 6
     """The journal could not be written: the run stopped at once. A resume redoes what the journal
     did not record (outputs already in place are kept, never written twice)."""
+    GATE_HELD = 7
+    """A run of steps reached a gate (``gate = true``) with no decision: the steps before it finished;
+    the same command with ``--approve STEP`` (or ``--reject STEP``) goes on from there."""
+    GATE_REJECTED = 8
+    """An operator rejected a gate: the gated step and those after it did not run; the note is in the report."""
 
 
 EXIT_STATUS_HELP = """exit status:
@@ -62,7 +67,9 @@ EXIT_STATUS_HELP = """exit status:
   5 stopped by an outage: the outputs' or journal's disk stayed full, read-only or failing for
     [faults] outage_timeout_s; nothing was marked failed: fix the disk and run the same command
   6 the journal could not be written: stopped at once; the same command resumes once it can
-where two apply, the higher of 6, 5, 4 wins, then failed (1), then drained (3)"""
+  7 held at a gate (a spec with steps): the same command with --approve STEP goes on
+  8 a gate was rejected (--reject STEP, or from the control room): the steps after it did not run
+where two apply, the higher of 6, 5, 4 wins, then 8, 7, then failed (1), then drained (3)"""
 """The exit statuses in words, for ``--help`` and the docs."""
 
 
