@@ -79,7 +79,8 @@ def steps_table(report: StepsReport) -> Group:
                  f"{report.critical_path_s:.2f} s of steps' time (earlier runs' included)")
     results = [Text(f"{s.name}: " + "; ".join(f"{k} {result_words(v)}" for k, v in s.result.items()))
                for s in report.segments if s.result]
-    return Group(t, *results)
+    notes = [Text(f"{s.name}: {s.note}", style="red") for s in report.segments if s.note]
+    return Group(t, *results, *notes)
 
 
 def gate_lines(report: StepsReport, command: str) -> list[Text]:

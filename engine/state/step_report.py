@@ -17,7 +17,7 @@ from warpdeck.engine.state.report import ExitStatus, RunReport
 
 __all__ = ["GateView", "SegmentReport", "StepsReport", "result_words", "worst_status"]
 
-SegmentStatus = Literal["finished", "finished earlier", "stopped", "not started", "held at gate", "rejected"]
+SegmentStatus = Literal["finished", "finished earlier", "stopped", "failed", "not started", "held at gate", "rejected"]
 
 _PRECEDENCE = (ExitStatus.JOURNAL, ExitStatus.USAGE, ExitStatus.OUTAGE, ExitStatus.STOPPED, ExitStatus.GATE_REJECTED,
                ExitStatus.GATE_HELD, ExitStatus.FAILED, ExitStatus.DRAINED, ExitStatus.FINISHED)
@@ -79,6 +79,8 @@ class SegmentReport(_Frozen):
     """A reduce's result: each array's values (up to 64), or its dtype and shape and where it is kept."""
     report: RunReport | None = None
     """Its engine's report (None for one finished earlier or not started)."""
+    note: str = ""
+    """Why a segment whose engine finished failed all the same (a reduce whose partials cannot give its result)."""
 
 
 class StepsReport(_Frozen):
@@ -99,7 +101,8 @@ class StepsReport(_Frozen):
     def exit_code(self) -> ExitStatus:
         """The run's exit status: a gate held or rejected, else the worst of its segments' reports."""
         statuses = [s.report.exit_code for s in self.segments if s.report is not None]
-        statuses += [ExitStatus.FAILED for s in self.segments if s.report is None and s.failed]
+        statuses += [ExitStatus.FAILED for s in self.segments
+                     if (s.report is None and s.failed) or s.status == "failed"]
         if self.gate is not None and self.gate.decision == "rejected":
             statuses.append(ExitStatus.GATE_REJECTED)
         if self.gate is not None and self.gate.decision == "waiting":
@@ -114,5 +117,8 @@ class StepsReport(_Frozen):
             return f"held at the gate of {self.gate.step}"
         if code == ExitStatus.GATE_REJECTED and self.gate is not None:
             return f"rejected at the gate of {self.gate.step}"
+        broken = next((s for s in self.segments if s.status == "failed"), None)
+        if broken is not None:
+            return f"failed at step {broken.name}"
         last = next((s.report for s in reversed(self.segments) if s.report is not None), None)
         return last.ended if last is not None else "finished earlier"

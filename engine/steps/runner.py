@@ -30,7 +30,7 @@ from warpdeck.engine.backends.base import Backend
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.edges.config import PipelineSpec, resolve_target
 from warpdeck.engine.edges.journal import spec_identity
-from warpdeck.engine.edges.reduce_sink import ReduceSinkImpl
+from warpdeck.engine.edges.reduce_sink import BadPartial, KeyFoldedTwice, ReduceSinkImpl
 from warpdeck.engine.edges.step_ledger import GateDecision, Ledger, SegmentDone, load_result, save_result
 from warpdeck.engine.edges.step_spec import ReduceSpec
 from warpdeck.engine.engine import Engine
@@ -39,7 +39,7 @@ from warpdeck.engine.state.report import ExitStatus, RunReport
 from warpdeck.engine.state.step_report import GateView, SegmentReport, StepsReport, result_words
 from warpdeck.engine.steps.plan import Segment, plan_steps, segment_dir, segment_spec
 
-__all__ = ["GateAsk", "StepRun", "make_reducer", "run_steps"]
+__all__ = ["GateAsk", "ReduceBroken", "StepRun", "make_reducer", "run_steps"]
 
 _SHOWN_VALUES = 64
 """A result array of up to this many values is shown in the report whole."""
@@ -159,13 +159,17 @@ class _StepRunner:
     async def _segment(self, seg: Segment, base: SegmentReport, gate_wait: float) -> SegmentReport:
         """Run ``seg``'s engine; record it finished (with a reduce's result) or end the run."""
         started = time.perf_counter()
-        report, result = await _run_segment(self.spec, seg, self.run_dir, self.how,
-                                            {k: self.params[k] for k in seg.params_from})
+        broken = ""
+        try:
+            report, result = await _run_segment(self.spec, seg, self.run_dir, self.how,
+                                                {k: self.params[k] for k in seg.params_from})
+        except ReduceBroken as exc:
+            report, result, broken = exc.report, None, str(exc)
         seconds = time.perf_counter() - started
-        finished = report.exit_code in (ExitStatus.FINISHED, ExitStatus.FAILED)
+        finished = report.exit_code in (ExitStatus.FINISHED, ExitStatus.FAILED) and not broken
         c = report.counts
         entry = base.model_copy(update={
-            "status": "finished" if finished else "stopped", "seconds": seconds,
+            "status": "failed" if broken else "finished" if finished else "stopped", "seconds": seconds, "note": broken,
             "barrier_wait_s": max(0.0, started - self.t0 - gate_wait), "gate_wait_s": gate_wait,
             "done": c.done + c.skipped_done, "failed": c.failed + c.cancelled, "report": report})
         if not finished:
@@ -202,7 +206,27 @@ async def _run_segment(spec: PipelineSpec, seg: Segment, run_dir: Path, how: Ste
     assert report is not None, "the engine writes its report as it closes"
     if reducer is None or sink is None or report.exit_code not in (ExitStatus.FINISHED, ExitStatus.FAILED):
         return report, None
-    return report, reducer.finish(tree_merge(reducer, sink.partials()))
+    try:
+        covered, accs = sink.covered(), sink.partials()
+    except (BadPartial, KeyFoldedTwice) as exc:
+        raise ReduceBroken(seg.name, where, str(exc), report) from exc
+    done = report.counts.done + report.counts.skipped_done
+    if covered != done:
+        raise ReduceBroken(seg.name, where, f"its partials hold {covered:,} outputs, its journal {done:,} done",
+                           report)
+    return report, reducer.finish(tree_merge(reducer, accs))
+
+
+class ReduceBroken(RuntimeError):
+    """A reduce whose partials cannot give its result (one unreadable, or not one per task done):
+    the step fails rather than hand on a result that leaves tasks out or counts one twice."""
+
+    def __init__(self, step: str, where: Path, why: str, report: RunReport) -> None:
+        self.step = step
+        self.where = where
+        self.report = report
+        """The reduce's engine report (it ran to its end)."""
+        super().__init__(f"reduce {step}: {why}; remove {where} to run it again from the start")
 
 
 def _shown(result: Mapping[str, npt.NDArray[Any]] | None, kept: str | None) -> dict[str, list[float] | str]:
