@@ -6,9 +6,18 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from warpdeck.cli.run_log import LOG_NAME
-from warpdeck.engine.api import ControlSettings, EngineSnapshot, ExportSettings, PipelineSpec, RunReport
+from warpdeck.engine.api import (
+    ControlSettings,
+    EngineSnapshot,
+    ExportSettings,
+    GateDecision,
+    PipelineSpec,
+    RunReport,
+    StepsReport,
+)
 from warpdeck.themes import BUILTIN_THEMES, all_themes
 from warpdeck.tui.app import WarpdeckApp
 from warpdeck.tui.link import EngineLink, Link
@@ -46,14 +55,17 @@ def run_remote(link: Link, *, theme: str | None = None) -> int:
 def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = None,
                      retry_failed: bool = False, journal: bool | None = None,
                      control: ControlSettings | None = None, headless: bool = False,
-                     exports: ExportSettings | None = None) -> RunReport | None:
+                     exports: ExportSettings | None = None,
+                     decisions: dict[str, GateDecision] | None = None) -> RunReport | StepsReport | None:
     """Run ``spec`` under the control room until the user quits; the report, if the run got that far.
     Raises what stops the engine from starting (a bad run directory, a missing backend).
 
     Only the user stops the run: if the control room itself fails, the run goes on headless until
     it ends (ctrl+c stops it), and one line on stderr says how to attach again. ``headless``:
     the app draws nowhere (tests)."""
-    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control, exports=exports)
+    options: dict[str, Any] = {"decisions": decisions or {}} if spec.steps else {}  # gates decided before the run
+    link = EngineLink(spec, run_dir, retry_failed=retry_failed, journal=journal, control=control, exports=exports,
+                      **options)
     link.open()
     app = WarpdeckApp(link, theme=theme, log_path=run_dir / LOG_NAME)
     try:
@@ -62,6 +74,8 @@ def run_control_room(spec: PipelineSpec, run_dir: Path, *, theme: str | None = N
             _carry_on_headless(app, link, control)
     finally:
         link.stop()
+    if spec.steps:
+        return link.engine.steps_report
     report = link.engine.report
     if report is not None and app.stop_signals.received and report.status == "stopped" and not report.stopped_by:
         report = report.model_copy(update={"stopped_by": "signal"})  # SIGTERM or SIGHUP, as headless says

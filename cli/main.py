@@ -44,18 +44,21 @@ from warpdeck.cli.advise import add_advise_parser, run_advise
 from warpdeck.cli.check import add_check_parser, run_check
 from warpdeck.cli.reports import refuse, write_report
 from warpdeck.cli.run_log import LOG_NAME, RunLog
-from warpdeck.cli.steps import run_steps_command
+from warpdeck.cli.steps import run_steps_command, say_steps, steps_command
 from warpdeck.engine.api import (
     EXIT_STATUS_HELP,
     BackendError,
     ControlSettings,
     ExitStatus,
     ExportSettings,
+    GateDecision,
     JournalError,
+    LedgerError,
     PipelineSpec,
     RunDirError,
     RunReport,
     SpecError,
+    StepsReport,
     load_secret,
     load_spec,
     not_run,
@@ -226,18 +229,26 @@ def _run_command(args: argparse.Namespace, err: Console, name: str) -> int:
         return refuse(not_run(spec.name, refused=str(exc)), err, args.json)
     run_dir = args.run_dir or Path(".warpdeck") / spec.name
     retry_failed = getattr(args, "retry_failed", False)
-    if spec.steps:
-        return run_steps_command(spec, run_dir, args, control, exports, err)
     # The demo starts afresh each time unless it is given a run directory to keep (and resume).
     journal = False if args.command == "demo" and args.run_dir is None else None
+    room = False
     if not args.headless:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             err.print("warpdeck: not a terminal, so no control room; running headless (--headless says so).")
         elif (unfit := _textual_unfit()) is not None:
             err.print(f"warpdeck: {unfit}; running headless", markup=False, highlight=False)
         else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the control room's own business (issue 29)
-            return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err, exports)
+            room = True
+
+    def control_room(decisions: dict[str, GateDecision] | None = None) -> int:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the control room's own business (issue 29)
+        return _control_room(spec, run_dir, args.theme, retry_failed, journal, control, args.json, err, exports,
+                             decisions, getattr(args, "spec", None))
+
+    if spec.steps:
+        return run_steps_command(spec, run_dir, args, control, exports, err, control_room if room else None)
+    if room:
+        return control_room()
     console = Console(stderr=False)
     ray_log = _ray_log_size(spec, run_dir)
     from warpdeck.cli.headless import run_headless  # noqa: PLC0415 - rich loads only for a run
@@ -379,7 +390,8 @@ def _export_error(exc: OSError, exports: ExportSettings) -> str:
 
 def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_failed: bool, journal: bool | None,
                   control: ControlSettings | None, json_path: Path | None, err: Console,
-                  exports: ExportSettings) -> int:
+                  exports: ExportSettings, decisions: dict[str, GateDecision] | None = None,
+                  spec_file: Path | None = None) -> int:
     from warpdeck.cli.control_room import UnknownTheme, check_theme, run_control_room  # noqa: PLC0415 - Textual loads only here
 
     try:
@@ -387,10 +399,10 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
         log, ray_log = RunLog(run_dir / LOG_NAME), _ray_log_size(spec, run_dir)
         with log.installed(), log.held():  # the terminal is the app's until it closes
             report = run_control_room(spec, run_dir, theme=theme, retry_failed=retry_failed, journal=journal,
-                                      control=control, exports=exports)
+                                      control=control, exports=exports, decisions=decisions)
     except JournalError as exc:
         return refuse(not_run(spec.name, journal_error=str(exc)), err, json_path)
-    except (UnknownTheme, BackendError, RunDirError, SpecError) as exc:  # SpecError: a source's listing
+    except (UnknownTheme, BackendError, RunDirError, SpecError, LedgerError) as exc:  # SpecError: a source's listing
         return refuse(not_run(spec.name, refused=str(exc)), err, json_path)
     except OSError as exc:
         return refuse(not_run(spec.name, refused=_export_error(exc, exports)), err, json_path)
@@ -398,6 +410,9 @@ def _control_room(spec: PipelineSpec, run_dir: Path, theme: str | None, retry_fa
         err.print("the engine stopped before it could report")
         return ExitStatus.STOPPED
     write_report(report, json_path, err)
+    if isinstance(report, StepsReport):
+        say_steps(report, Console(), steps_command(spec_file, run_dir))
+        return report.exit_code
     # The status comes from the report (quitting with work running leaves it "stopped": 4), never
     # from how the app closed.
     Console().print(f"{spec.name}: {report.ended}; {report.counts.done:,} done, {report.counts.failed:,} failed, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -41,7 +41,7 @@ from warpdeck.engine.api import (
     run_steps,
 )
 
-__all__ = ["gate_lines", "run_steps_command", "run_steps_headless", "steps_table"]
+__all__ = ["gate_lines", "run_steps_command", "run_steps_headless", "say_steps", "steps_command", "steps_table"]
 
 
 async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console, live: bool, *,
@@ -100,9 +100,11 @@ def gate_lines(report: StepsReport, command: str) -> list[Text]:
 
 
 def run_steps_command(spec: PipelineSpec, run_dir: Path, args: argparse.Namespace, control: ControlSettings | None,
-                      exports: ExportSettings, err: Console) -> int:
-    """``warpdeck run`` of a spec with steps: headless for now, each gate decided on the command line
-    (``--approve``, ``--reject``, ``--note``) or the run held there; returns the exit status."""
+                      exports: ExportSettings, err: Console,
+                      control_room: Callable[[dict[str, GateDecision]], int] | None = None) -> int:
+    """``warpdeck run`` of a spec with steps: in ``control_room`` where given (a gate without a decision
+    asks there), else headless, each gate decided on the command line (``--approve``, ``--reject``,
+    ``--note``) or the run held there; returns the exit status."""
     try:
         decisions = _decisions(spec, args.approve, args.reject, args.note)
         if exports.trace is not None or exports.metrics is not None:
@@ -110,9 +112,8 @@ def run_steps_command(spec: PipelineSpec, run_dir: Path, args: argparse.Namespac
                              "not yet")
     except ValueError as exc:
         return refuse(not_run(spec.name, refused=str(exc)), err, args.json)
-    if not args.headless and sys.stdin.isatty() and sys.stdout.isatty():
-        err.print("warpdeck: the control room does not show a spec with steps yet; running headless",
-                  markup=False, highlight=False)
+    if control_room is not None:
+        return control_room(decisions)
     console = Console(stderr=False)
     try:
         with RunLog(run_dir / LOG_NAME).installed():
@@ -123,11 +124,22 @@ def run_steps_command(spec: PipelineSpec, run_dir: Path, args: argparse.Namespac
         return refuse(not_run(spec.name, journal_error=str(exc)), err, args.json)
     except (BackendError, RunDirError, SpecError, LedgerError) as exc:
         return refuse(not_run(spec.name, refused=str(exc)), err, args.json)
-    command = " ".join(["warpdeck", "run", str(args.spec)] + (["--run-dir", str(args.run_dir)] if args.run_dir else []))
-    for line in gate_lines(report, command):
+    for line in gate_lines(report, steps_command(args.spec, args.run_dir)):
         console.print(line)
     write_report(report, args.json, err)
     return int(report.exit_code)
+
+
+def steps_command(spec_file: Path | None, run_dir: Path | None) -> str:
+    """The command that goes on with a run of steps, for a gate's lines."""
+    return " ".join(["warpdeck", "run", str(spec_file or "SPEC")] + (["--run-dir", str(run_dir)] if run_dir else []))
+
+
+def say_steps(report: StepsReport, console: Console, command: str) -> None:
+    """The steps' table and a gate's lines, after the control room closed."""
+    console.print(steps_table(report))
+    for line in gate_lines(report, command):
+        console.print(line)
 
 
 def _decisions(spec: PipelineSpec, approve: list[str], reject: list[str], note: str) -> dict[str, GateDecision]:

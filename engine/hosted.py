@@ -12,6 +12,10 @@ The decisions this module protects:
 - Every watcher hears of the end exactly once, whenever it started watching: before the run ended,
   or after (then at once). Whatever stopped the engine, a startup failure included, is kept as its
   traceback (``error``) for the screen, never lost on stderr; ``open`` re-raises a startup failure.
+- A spec with steps is hosted the same way, one segment's engine at a time (``run_steps``): commands,
+  details and snapshots go to and come from the segment running; the end is the last segment's. A
+  gate with no decision is asked of the watchers (``on_gate``) and waits for ``answer_gate``; a
+  stop while it waits leaves the gate undecided (the run is held there, exit status 7).
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from warpdeck.engine.backends.base import Backend
 from warpdeck.engine.control.looping import LoopThread
 from warpdeck.engine.edges.config import PipelineSpec
 from warpdeck.engine.edges.exports import ExportSettings, exporting
+from warpdeck.engine.edges.step_ledger import GateDecision
 from warpdeck.engine.engine import Engine
 from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.report import RunReport
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
+from warpdeck.engine.state.step_report import StepsReport
+from warpdeck.engine.steps.plan import Segment
+from warpdeck.engine.steps.runner import GateAsk, StepRun, run_steps
 
 __all__ = ["HostedEngine"]
 
@@ -44,6 +52,7 @@ _STOP_S = 10.0
 class _Watcher:
     on_snapshot: Callable[[EngineSnapshot], object]
     on_end: Callable[[RunReport | None, str], object]
+    on_gate: Callable[[GateAsk | None], object] | None
 
 
 class HostedEngine:
@@ -66,7 +75,14 @@ class HostedEngine:
         self.journaled = run_dir is not None if journal is None else bool(journal)  # as the engine decides
         """Whether the engine keeps a journal, so a stopped run resumes where it stopped."""
         self._backend = backend
+        self._decisions: dict[str, GateDecision] = engine_options.pop("decisions", {})
+        """Gate decisions given before the run (a spec with steps: ``--approve``)."""
         self._engine_options = engine_options
+        self.steps_report: StepsReport | None = None
+        """A spec with steps: the report of its steps, once the run is over."""
+        self.gate: GateAsk | None = None
+        """The gate the run waits at for an answer (``answer_gate``), None when it waits at none."""
+        self._gate_answer: asyncio.Future[GateDecision] | None = None
         self._engine: Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -89,18 +105,39 @@ class HostedEngine:
             raise self._startup_error
 
     def watch(self, on_snapshot: Callable[[EngineSnapshot], object],
-              on_end: Callable[[RunReport | None, str], object]) -> None:
+              on_end: Callable[[RunReport | None, str], object],
+              on_gate: Callable[[GateAsk | None], object] | None = None) -> None:
         """From now on, ``on_snapshot(snapshot)`` for each snapshot (first the newest there is), and
-        ``on_end(report, error)`` once when the run is over (at once if it is). Both are called on
-        the engine's thread, or on the caller's for what was there already: hand the value on."""
-        watcher = _Watcher(on_snapshot, on_end)
+        ``on_end(report, error)`` once when the run is over (at once if it is); a spec with steps:
+        ``on_gate(ask)`` when the run waits at a gate (at once if it does), ``on_gate(None)`` once it
+        no longer does. All are called on the engine's thread, or on the caller's for what was there
+        already: hand the value on."""
+        watcher = _Watcher(on_snapshot, on_end, on_gate)
         with self._lock:
             self._watchers.append(watcher)
             ended = self._ended
+            gate = self.gate
         if (latest := self.latest) is not None:
             on_snapshot(latest)
+        if gate is not None and on_gate is not None:
+            on_gate(gate)
         if ended:
             on_end(self.report, self.error)
+
+    def answer_gate(self, decision: GateDecision) -> bool:
+        """Answer the gate the run waits at (from any thread); False when it waits at none."""
+        loop, answer = self._loop, self._gate_answer
+        if loop is None or answer is None or loop.is_closed():
+            return False
+        def settle() -> None:
+            if not answer.done():
+                answer.set_result(decision)
+
+        try:
+            loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop closed in between
+            return False
+        return True
 
     @property
     def latest(self) -> EngineSnapshot | None:
@@ -173,6 +210,9 @@ class HostedEngine:
 
     async def _run(self, stopping: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.spec.steps:
+            await self._run_steps(stopping)
+            return
         engine = Engine(self.spec, self.run_dir, backend=self._backend, **self._engine_options)
         with exporting(self.exports, engine.events, engine.publisher, self.spec.name) as out:
             self.metrics_url = out.metrics_url
@@ -182,6 +222,50 @@ class HostedEngine:
                 self._ready.set()
                 await self._until_done_or_stopped(engine, stopping)
             self.report = self.report or engine.report
+
+    async def _run_steps(self, stopping: asyncio.Event) -> None:
+        if self.run_dir is None:
+            raise ValueError("a spec with steps runs in a run directory (its ledger and each step's journal)")
+        options = self._engine_options
+
+        async def drive(engine: Engine, _seg: Segment) -> None:
+            self._engine = engine
+            engine.publisher.subscribe(self._publish)
+            self._ready.set()
+            await self._until_done_or_stopped(engine, stopping)
+
+        async def decide(ask: GateAsk) -> GateDecision | None:
+            self._ready.set()  # the steps before it finished earlier: the front end waits for nothing else
+            return await self._ask_gate(ask, stopping)
+
+        how = StepRun(decisions=self._decisions, decide=decide, drive=drive, backend=self._backend,
+                      retry_failed=bool(options.get("retry_failed", False)), control=options.get("control"))
+        self.steps_report = await run_steps(self.spec, self.run_dir, how)
+
+    async def _ask_gate(self, ask: GateAsk, stopping: asyncio.Event) -> GateDecision | None:
+        """Ask the watchers at ``ask``'s gate and wait for ``answer_gate``, or for a stop (None: held)."""
+        answer: asyncio.Future[GateDecision] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self.gate, self._gate_answer = ask, answer
+            watchers = list(self._watchers)
+        self._tell_gate(watchers, ask)
+        stop: asyncio.Future[bool] = asyncio.ensure_future(stopping.wait())
+        waits: list[asyncio.Future[Any]] = [answer, stop]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            with self._lock:
+                self.gate, self._gate_answer = None, None
+                watchers = list(self._watchers)
+            self._tell_gate(watchers, None)
+        return answer.result() if answer.done() and not answer.cancelled() else None
+
+    @staticmethod
+    def _tell_gate(watchers: list[_Watcher], ask: GateAsk | None) -> None:
+        for w in watchers:
+            if w.on_gate is not None:
+                w.on_gate(ask)
 
     def _publish(self, snap: EngineSnapshot) -> None:
         with self._lock:

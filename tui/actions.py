@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from warpdeck.engine.api import (
     DEPTH_MAX,
@@ -22,6 +22,8 @@ from warpdeck.engine.api import (
     Command,
     Drain,
     EngineSnapshot,
+    GateAsk,
+    GateDecision,
     Pause,
     Quarantine,
     Release,
@@ -34,6 +36,7 @@ from warpdeck.engine.api import (
 from warpdeck.tui.command_line import echo
 from warpdeck.tui.operations import undoable_verbs
 from warpdeck.tui.screens.confirm import ConfirmScreen
+from warpdeck.tui.screens.gate import Choice, GateScreen
 from warpdeck.tui.undo import Undoable, UndoStack
 from warpdeck.tui.widgets.task_list import TaskList
 
@@ -80,6 +83,8 @@ class PipelineActions(_Base):
 
     link: Link
     snapshot: EngineSnapshot | None
+    gate: GateAsk | None
+    """The gate a run of steps waits at (``GateAsked``), None when it waits at none."""
     undo_stack: UndoStack
     _asked: dict[str, tuple[int, float]]
     """What the engine was last told, and when (``_as_told``)."""
@@ -294,3 +299,38 @@ class PipelineActions(_Base):
                     self._told("paused", isinstance(last.inverse, Pause))
             left = len(self.undo_stack)
             self.notify(f"undone: {last.restores}" + (f" ({left} more to undo)" if left else ""), timeout=4)
+
+    # -- a run of steps' gate -------------------------------------------------------------------------
+    def action_gate(self) -> None:
+        """Show the gate the run waits at: what came out before it, a note, approve or reject."""
+        if self.gate is None:
+            self.notify("no gate is waiting", timeout=4)
+            return
+
+        def chosen(choice: Choice | None) -> None:
+            if choice is not None:
+                self.decide_gate(*choice)
+        self.push_screen(GateScreen(self.gate), chosen)
+
+    def decide_gate(self, decision: Literal["approved", "rejected"], note: str) -> None:
+        """Approve or reject the waiting gate with ``note``, once confirmed (``:approve``, ``:reject``)."""
+        gate = self.gate
+        if gate is None:
+            self.notify("no gate is waiting", timeout=4)
+            return
+        if decision == "rejected" and not note.strip():
+            self.notify("a rejection needs a note: :reject WHY", severity="warning", timeout=6)
+            return
+        said = f" with the note {note!r}" if note else ""
+        question = (f"Approve the gate of step {gate.step}{said}? The step and those after it run." if
+                    decision == "approved" else
+                    f"Reject the gate of step {gate.step}{said}? The run ends there (exit status 8).")
+
+        def answer(yes: bool | None) -> None:
+            if not yes:
+                return
+            if self.link.answer_gate(GateDecision(decision=decision, note=note.strip(), by="control room")):
+                self.notify(f"gate of {gate.step} {decision}", timeout=6)
+            else:
+                self.notify("the gate no longer waits for an answer", severity="warning", timeout=6)
+        self.push_screen(ConfirmScreen(question), answer)

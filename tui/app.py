@@ -38,11 +38,12 @@ from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
-from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
+from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StreamEnded
 from warpdeck.tui.operations import COMMAND_KEYS, SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
 from warpdeck.tui.screens.confirm import ConfirmScreen
+from warpdeck.tui.screens.gate import GateScreen
 from warpdeck.tui.screens.help import HelpScreen
 from warpdeck.tui.screens.prompt import PromptScreen
 from warpdeck.tui.screens.timeline import TimelineScreen
@@ -86,6 +87,7 @@ class WarpdeckApp(CommandMode, App[int]):
         self.link = link
         self.undo_stack = UndoStack()
         self._asked = {}
+        self.gate = None
         self.stopped: EngineStopped | None = None
         self.stop_signals = StopSignals(self._end_on_signal)
         """SIGTERM and SIGHUP end the room as a confirmed quit does (``stop_signals.py``)."""
@@ -303,6 +305,15 @@ class WarpdeckApp(CommandMode, App[int]):
         label = self.link.label
         if label:  # a replay at the end of its file: it stays on screen, and says it has ended
             self.readonly_note = f"{label} · end of recording"
+
+    def on_gate_asked(self, message: GateAsked) -> None:
+        self.gate = message.ask
+        self._offer_again()  # the footer offers a gate while one waits
+        if message.ask is not None:
+            self.notify(f"the run waits at the gate of step {message.ask.step}: a shows what came out, to approve or "
+                        "reject", title="gate", timeout=30)
+        elif isinstance(self.screen, GateScreen):
+            self.screen.dismiss(None)  # answered elsewhere, or the run stopped: nothing left to decide here
 
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.stopped = message

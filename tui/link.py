@@ -24,11 +24,12 @@ from warpdeck.engine.api import (
     CommandResult,
     EngineSnapshot,
     ExportSettings,
+    GateDecision,
     HostedEngine,
     PipelineSpec,
     TaskDetail,
 )
-from warpdeck.tui.messages import EngineStopped, SnapshotArrived, StreamEnded
+from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StreamEnded
 
 __all__ = ["EngineLink", "Link", "SentCommand", "StreamLink"]
 
@@ -75,6 +76,10 @@ class Link(Protocol):
     def stop(self) -> None:
         """Stop the engine (if this link owns it) and stop delivering."""
 
+    def answer_gate(self, decision: GateDecision) -> bool:
+        """Answer the gate a run of steps waits at (``GateAsked``); False where none waits or this
+        link cannot answer one."""
+
 
 @dataclass
 class _Refusals:
@@ -88,6 +93,9 @@ class _Refusals:
     @property
     def metrics_url(self) -> str | None:
         return None
+
+    def answer_gate(self, decision: GateDecision) -> bool:
+        return False
 
     def refuse(self, cmd: Command) -> CommandResult | None:
         if self.readonly:
@@ -122,7 +130,11 @@ class EngineLink(_Refusals):
     def start(self, post: Post) -> None:
         self.open()
         self.engine.watch(lambda snap: post(SnapshotArrived(snap)),
-                          lambda report, error: post(EngineStopped(report, error)))
+                          lambda report, error: post(EngineStopped(report, error)),
+                          lambda ask: post(GateAsked(ask)))
+
+    def answer_gate(self, decision: GateDecision) -> bool:
+        return not self.readonly and self.engine.answer_gate(decision)
 
     async def send(self, cmd: Command) -> CommandResult:
         refused = self.refuse(cmd)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from warpdeck.engine.api import EngineSnapshot, RunReport
+from warpdeck.engine.api import EngineSnapshot, GateAsk, RunReport
 from warpdeck.tui.worker_changes import same_workers
 
-__all__ = ["EngineStopped", "SnapshotArrived", "StreamEnded"]
+__all__ = ["EngineStopped", "GateAsked", "SnapshotArrived", "StreamEnded"]
 
 
 class SnapshotArrived(Message):
@@ -41,3 +41,11 @@ class EngineStopped(Message):
 
 class StreamEnded(Message):
     """A stream of snapshots (a replayed recording) has played to its end: nothing more will come."""
+
+
+class GateAsked(Message):
+    """A run of steps waits at a gate for an answer (``ask``), or no longer does (None)."""
+
+    def __init__(self, ask: GateAsk | None) -> None:
+        super().__init__()
+        self.ask = ask

@@ -31,15 +31,22 @@ from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.edges.config import PipelineSpec, resolve_target
 from warpdeck.engine.edges.journal import spec_identity
 from warpdeck.engine.edges.reduce_sink import BadPartial, KeyFoldedTwice, ReduceSinkImpl
-from warpdeck.engine.edges.step_ledger import GateDecision, Ledger, SegmentDone, load_result, save_result
+from warpdeck.engine.edges.step_ledger import (
+    GateDecision,
+    Ledger,
+    LedgerError,
+    SegmentDone,
+    load_result,
+    save_result,
+)
 from warpdeck.engine.edges.step_spec import ReduceSpec
 from warpdeck.engine.engine import Engine
 from warpdeck.engine.state.reducers import CustomReducer, Reducer, builtin_reducer, tree_merge
-from warpdeck.engine.state.report import ExitStatus, RunReport
+from warpdeck.engine.state.report import ExitStatus, RunReport, not_run
 from warpdeck.engine.state.step_report import GateView, SegmentReport, StepsReport, result_words
 from warpdeck.engine.steps.plan import Segment, plan_steps, segment_dir, segment_spec
 
-__all__ = ["GateAsk", "ReduceBroken", "StepRun", "make_reducer", "run_steps"]
+__all__ = ["GateAsk", "GateDecided", "ReduceBroken", "RetryRefused", "StepRun", "make_reducer", "run_steps"]
 
 _SHOWN_VALUES = 64
 """A result array of up to this many values is shown in the report whole."""
@@ -107,6 +114,25 @@ class _StepRunner:
         self.gate: GateView | None = None
         self.ended = False
         """A segment stopped, or a gate held or rejected: the segments after it do not start."""
+        self.ran: set[str] = set()
+        """The segments run (or begun) in this run: a segment after one of them runs again too."""
+
+    def _again(self, seg: Segment, earlier: SegmentDone) -> bool:
+        """Whether a segment an earlier run finished runs again: its failures retried (``retry_failed``),
+        or a segment it reads or waits for ran again, so it has more to do (its journal skips what it did)."""
+        retried = self.how.retry_failed and earlier.failed > 0
+        if retried and (reduces := [r for r in self._after(seg) if r.reduce is not None and
+                                    r.name in self.ledger.finished]):
+            raise RetryRefused(seg.name, reduces[0].name)
+        return retried or any(name in self.ran for name in (*seg.after, seg.reads) if name is not None)
+
+    def _after(self, seg: Segment) -> list[Segment]:
+        """Every segment that reads or waits for ``seg``, directly or through others, in plan order."""
+        names = {seg.name}
+        for other in self.plan:
+            if any(name in names for name in (*other.after, other.reads) if name is not None):
+                names.add(other.name)
+        return [other for other in self.plan if other.name in names - {seg.name}]
 
     async def run(self) -> StepsReport:
         for seg in self.plan:
@@ -114,9 +140,10 @@ class _StepRunner:
             base = SegmentReport(name=seg.name, steps=list(seg.steps), kind=kind, status="not started")
             if self.ended:
                 self.reports.append(base)
-            elif (earlier := self.ledger.finished.get(seg.name)) is not None:
+            elif (earlier := self.ledger.finished.get(seg.name)) is not None and not self._again(seg, earlier):
                 self.reports.append(self._earlier(seg, base, earlier))
             else:
+                self.ran.add(seg.name)
                 gate_wait = await self._gate(seg, base) if seg.gate else 0.0
                 if not self.ended:
                     self.reports.append(await self._segment(seg, base, gate_wait))
@@ -128,6 +155,9 @@ class _StepRunner:
         """A segment an earlier run finished: its result read back, nothing run."""
         if earlier.result is not None:
             self.params[seg.name] = load_result(self.run_dir / earlier.result)
+        if seg.gate and (decided := self.ledger.gates.get(seg.steps[0])) is not None:
+            self.gate = GateView(step=seg.steps[0], decision=decided.decision, note=decided.note, by=decided.by,
+                                 at=decided.at)
         return base.model_copy(update={"status": "finished earlier", "seconds": earlier.seconds, "done": earlier.done,
                                        "failed": earlier.failed,
                                        "result": _shown(self.params.get(seg.name), earlier.result)})
@@ -137,7 +167,10 @@ class _StepRunner:
         record it, and end the run where it is held or rejected; returns the seconds it waited."""
         step = seg.steps[0]
         asked = time.perf_counter()
-        decision = self.ledger.gates.get(step) or self.how.decisions.get(step)
+        recorded, given = self.ledger.gates.get(step), self.how.decisions.get(step)
+        if recorded is not None and given is not None and given.decision != recorded.decision:
+            raise GateDecided(step, recorded)
+        decision = recorded or given
         if decision is None and self.how.decide is not None:
             decision = await self.how.decide(GateAsk(step, _produced(self.plan, self.reports, self.run_dir)))
         if decision is not None and step not in self.ledger.gates:
@@ -203,7 +236,8 @@ async def _run_segment(spec: PipelineSpec, seg: Segment, run_dir: Path, how: Ste
         else:
             await engine.wait()
     report = how.reported(engine) if how.reported is not None else engine.report
-    assert report is not None, "the engine writes its report as it closes"
+    if report is None:  # left before its run began (a stop that came first): nothing ran, nothing to report
+        report = not_run(engine.spec.name)
     if reducer is None or sink is None or report.exit_code not in (ExitStatus.FINISHED, ExitStatus.FAILED):
         return report, None
     try:
@@ -215,6 +249,29 @@ async def _run_segment(spec: PipelineSpec, seg: Segment, run_dir: Path, how: Ste
         raise ReduceBroken(seg.name, where, f"its partials hold {covered:,} outputs, its journal {done:,} done",
                            report)
     return report, reducer.finish(tree_merge(reducer, accs))
+
+
+class GateDecided(LedgerError):
+    """A decision given for a gate the ledger holds the other decision of: a gate is decided once."""
+
+    def __init__(self, step: str, recorded: GateDecision) -> None:
+        self.step = step
+        self.recorded = recorded
+        note = f" ({recorded.note!r})" if recorded.note else ""
+        super().__init__(f"the gate of {step} was {recorded.decision} at {recorded.at} by {recorded.by or 'someone'}"
+                         f"{note}; a gate is decided once: use another --run-dir to start afresh")
+
+
+class RetryRefused(LedgerError):
+    """``retry_failed`` where a finished reduce comes after the failures: retrying them would change a
+    result that later steps' outputs were made with."""
+
+    def __init__(self, step: str, reduce: str) -> None:
+        self.step = step
+        self.reduce = reduce
+        super().__init__(f"--retry-failed: retrying {step}'s failed tasks would change the result of the reduce "
+                         f"{reduce}, which finished without them and whose result later steps used; use another "
+                         "--run-dir to run the steps again with them")
 
 
 class ReduceBroken(RuntimeError):

@@ -176,7 +176,7 @@ async def test_tab_lists_the_verbs_and_the_candidates(tmp_path: Path) -> None:
         assert "depth N" in bar.candidates_shown and "quit" in bar.candidates_shown
         burst(app, "re")
         await until(pilot, lambda: "pause" not in bar.candidates_shown)
-        assert bar.candidates_shown == "tab: resume · retry · requeue · release"
+        assert bar.candidates_shown == "tab: resume · retry · requeue · reject · release"
 
 
 async def test_detail_of_a_finished_task_and_of_an_unknown_one(tmp_path: Path) -> None:
