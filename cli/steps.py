@@ -75,8 +75,10 @@ def steps_table(report: StepsReport) -> Group:
     for s in report.segments:
         t.add_row(escape(" + ".join(s.steps)), s.kind, s.status, f"{s.seconds:.2f} s", f"{s.barrier_wait_s:.2f} s",
                   f"{s.gate_wait_s:.2f} s", f"{s.done:,}", f"{s.failed:,}")
+    ceiling = report.amdahl_ceiling.get("x inf", 1.0)
     t.caption = (f"elapsed {report.elapsed_s:.2f} s; critical path {' -> '.join(report.critical_path)}: "
-                 f"{report.critical_path_s:.2f} s of steps' time (earlier runs' included)")
+                 f"{report.critical_path_s:.2f} s of steps' time (earlier runs' included); serial "
+                 f"{report.serial_fraction:.0%}: more lanes at most x{ceiling:.1f}")
     results = [Text(f"{s.name}: " + "; ".join(f"{k} {result_words(v)}" for k, v in s.result.items()))
                for s in report.segments if s.result]
     notes = [Text(f"{s.name}: {s.note}", style="red") for s in report.segments if s.note]

@@ -96,6 +96,11 @@ class StepsReport(_Frozen):
     """The segments on the longest chain of waits, first to last."""
     critical_path_s: float = 0.0
     """Their time together: the least this run could take with every other segment beside them."""
+    serial_fraction: float = 0.0
+    """The share of this run's time (gate waits left out) that more lanes could not shorten: each step's
+    own serial share of its time, and all the time between steps (a reduce's merge, the ledger)."""
+    amdahl_ceiling: dict[str, float] = {}
+    """Amdahl's law on ``serial_fraction``: the most speedup ``p`` times the lanes could give the run."""
 
     @property
     def exit_code(self) -> ExitStatus:

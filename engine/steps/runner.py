@@ -17,6 +17,7 @@ The decisions this module protects:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from warpdeck.engine.edges.step_ledger import (
 )
 from warpdeck.engine.edges.step_spec import ReduceSpec
 from warpdeck.engine.engine import Engine
+from warpdeck.engine.state.metrics import amdahl_speedup
 from warpdeck.engine.state.reducers import CustomReducer, Reducer, builtin_reducer, tree_merge
 from warpdeck.engine.state.report import ExitStatus, RunReport, not_run
 from warpdeck.engine.state.step_report import GateView, SegmentReport, StepsReport, result_words
@@ -148,8 +150,12 @@ class _StepRunner:
                 if not self.ended:
                     self.reports.append(await self._segment(seg, base, gate_wait))
         path, path_s = _critical_path(self.plan, self.reports)
-        return StepsReport(pipeline=self.spec.name, elapsed_s=time.perf_counter() - self.t0, segments=self.reports,
-                           gate=self.gate, critical_path=path, critical_path_s=path_s)
+        elapsed = time.perf_counter() - self.t0
+        s = _serial_fraction(self.reports, elapsed)
+        return StepsReport(pipeline=self.spec.name, elapsed_s=elapsed, segments=self.reports, gate=self.gate,
+                           critical_path=path, critical_path_s=path_s, serial_fraction=s,
+                           amdahl_ceiling={f"x{p}" if p != math.inf else "x inf": amdahl_speedup(s, p)
+                                           for p in (2, 4, math.inf)})
 
     def _earlier(self, seg: Segment, base: SegmentReport, earlier: SegmentDone) -> SegmentReport:
         """A segment an earlier run finished: its result read back, nothing run."""
@@ -317,6 +323,19 @@ def _produced(plan: tuple[Segment, ...], reports: list[SegmentReport], run_dir: 
             if sample:
                 lines.append(f"  outputs in {outputs}: {', '.join(sample)}")
     return tuple(lines)
+
+
+def _serial_fraction(reports: list[SegmentReport], elapsed: float) -> float:
+    """The share of this run's time, gate waits left out, that more lanes could not shorten: each
+    segment run here counts its own serial share (``RunReport.serial_fraction``) of its time, and the
+    time between segments counts whole."""
+    ran = [r for r in reports if r.report is not None]
+    working = elapsed - sum(r.gate_wait_s for r in reports)
+    if working <= 0 or not ran:
+        return 0.0
+    between = max(0.0, working - sum(r.seconds for r in ran))
+    serial = between + sum(r.seconds * r.report.serial_fraction for r in ran if r.report is not None)
+    return min(1.0, serial / working)
 
 
 def _critical_path(plan: tuple[Segment, ...], reports: list[SegmentReport]) -> tuple[list[str], float]:
