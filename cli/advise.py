@@ -47,6 +47,11 @@ def run_advise(args: argparse.Namespace, err: Console) -> int:
         return ExitStatus.USAGE
     try:
         spec = load_spec(args.spec)
+        if spec.steps:
+            err.print(f"error: {args.spec}: advise calibrates one engine's stages; a spec with steps is not "
+                      "calibrated yet (run it: each step's report names its bottleneck)", markup=False,
+                      highlight=False)
+            return ExitStatus.USAGE
         result = asyncio.run(advise(spec, backend=args.backend, budget_s=args.budget, scratch=args.scratch))
     except (SpecError, BackendError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)

@@ -75,7 +75,11 @@ def check_spec(path: Path) -> dict[str, Any]:
         problems.extend(f"{exc.file}: {issue}" for issue in exc.issues)
         return result
     result["pipeline"] = spec.name
-    result["stages"] = [{"fn": s.fn, "framework": s.framework, "factory": s.factory} for s in spec.stages]
+    every = [*spec.stages, *(s for step in spec.steps for s in step.stages)]
+    result["stages"] = [{"fn": s.fn, "framework": s.framework, "factory": s.factory} for s in every]
+    if spec.steps:
+        result["steps"] = [{"name": st.name, "kind": "reduce" if st.is_reduce else "map", "after": st.after,
+                            "gate": st.gate} for st in spec.steps]
     result["source"] = _source(spec, problems)
     result["executor"] = check_executor(spec, problems)
     result["ok"] = not problems
@@ -112,6 +116,10 @@ def _text(r: dict[str, Any]) -> list[str]:
     lines = [f"{r['spec']}: " + (f"pipeline {r['pipeline']!r}: fields valid" if r["pipeline"] else "not valid")]
     if r["pipeline"] is None:
         return lines
+    if r.get("steps"):
+        lines.append(f"steps: {len(r['steps'])} (" + ", ".join(
+            f"{st['name']} {st['kind']}" + (f" after {'+'.join(st['after'])}" if st["after"] else "")
+            + (" gated" if st["gate"] else "") for st in r["steps"]) + ")")
     lines.append(f"stages: {len(r['stages'])} imported ("
                  + ", ".join(s["fn"] + (f" with {s['factory']}" if s["factory"] else "") for s in r["stages"]) + ")")
     src = r["source"]

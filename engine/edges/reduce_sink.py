@@ -354,16 +354,22 @@ class ReduceSinkImpl:
         """Every landed partial's accumulator (names without ``ACC_PREFIX``), checked, in part-number
         order, for the step to merge. Raises ``BadPartial`` for one that does not match its checksum
         (left in place: its tasks may be recorded done) and ``KeyFoldedTwice`` for a key in two."""
-        landed = self._landed()
-        seen: dict[str, Path] = {}
-        for path, keys, _ in landed:
-            for k in keys:
-                first = seen.setdefault(k, path)
-                if first != path:
-                    raise KeyFoldedTwice(k, first.name, path.name)
-        return [acc for _, _, acc in landed]
+        return self.landed()[0]
 
     def covered(self) -> int:
         """How many outputs the landed partials hold (the sum over the partials, each checked): the
         step compares it with the tasks its journal shows done."""
         return sum(len(keys) for _, keys, _ in self._landed())
+
+    def landed(self) -> tuple[list[Acc], int]:
+        """``partials()`` and ``covered()`` at once, each file read once (the step's end reads both)."""
+        landed = self._landed()
+        every = np.concatenate([np.asarray(keys) for _, keys, _ in landed]) if landed else np.empty(0, "U1")
+        if len(np.unique(every)) != len(every):  # one sort; the files are looked at only to name them
+            seen: dict[str, Path] = {}
+            for path, keys, _ in landed:
+                for k in keys:
+                    first = seen.setdefault(k, path)
+                    if first is not path:
+                        raise KeyFoldedTwice(k, first.name, path.name)
+        return [acc for _, _, acc in landed], len(every)

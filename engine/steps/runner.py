@@ -247,7 +247,7 @@ async def _run_segment(spec: PipelineSpec, seg: Segment, run_dir: Path, how: Ste
     if reducer is None or sink is None or report.exit_code not in (ExitStatus.FINISHED, ExitStatus.FAILED):
         return report, None
     try:
-        covered, accs = sink.covered(), sink.partials()
+        accs, covered = sink.landed()
     except (BadPartial, KeyFoldedTwice) as exc:
         raise ReduceBroken(seg.name, where, str(exc), report) from exc
     done = report.counts.done + report.counts.skipped_done
