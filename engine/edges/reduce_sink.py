@@ -364,12 +364,12 @@ class ReduceSinkImpl:
     def landed(self) -> tuple[list[Acc], int]:
         """``partials()`` and ``covered()`` at once, each file read once (the step's end reads both)."""
         landed = self._landed()
-        every = np.concatenate([np.asarray(keys) for _, keys, _ in landed]) if landed else np.empty(0, "U1")
-        if len(np.unique(every)) != len(every):  # one sort; the files are looked at only to name them
+        total = sum(len(keys) for _, keys, _ in landed)
+        if len(set().union(*(keys for _, keys, _ in landed))) != total:  # the files are looked at only to name them
             seen: dict[str, Path] = {}
             for path, keys, _ in landed:
                 for k in keys:
                     first = seen.setdefault(k, path)
                     if first is not path:
                         raise KeyFoldedTwice(k, first.name, path.name)
-        return [acc for _, _, acc in landed], len(every)
+        return [acc for _, _, acc in landed], total
