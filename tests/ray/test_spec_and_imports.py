@@ -24,7 +24,7 @@ def test_executor_ray_is_short_for_its_section() -> None:
     ({"kind": "ray", "workers": 0}, "executor.workers"),
     ({"kind": "ray", "gpus_per_worker": -1}, "executor.gpus_per_worker"),
     ({"kind": "ray", "adress": "auto"}, "executor.adress"),
-    ({"kind": "local", "address": "auto"}, "executor"),
+    ({"kind": "local", "address": "auto"}, "executor.address"),
 ])
 def test_a_bad_executor_names_its_field(value: object, where: str) -> None:
     with pytest.raises(SpecError) as err:
