@@ -40,7 +40,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from warpdeck.engine.edges.sinks import TMP_SUFFIX
+from warpdeck.engine.edges.sinks import TMP_SUFFIX, PartNumbers
 
 __all__ = ["CRC_KEY", "PART_GLOB", "ParquetSinkImpl", "fixed_size_lists", "part_matches"]
 
@@ -95,7 +95,7 @@ class ParquetSinkImpl:
         self._calls = itertools.count()
         """Numbers this process's own writes' temp names (sink threads write at once)."""
         self._lock = threading.Lock()
-        self._next: int | None = None
+        self._numbers = PartNumbers(directory, _PART)
         self._landed: frozenset[str] | None = None
         self._part_of: dict[str, Path] = {}
         """The part file each landed key is in, and what checking each part found."""
@@ -146,15 +146,6 @@ class ParquetSinkImpl:
         self._landed = self._part_keys()
         return n
 
-    def _take_number(self) -> int:
-        with self._lock:
-            if self._next is None:
-                found = [int(m[1]) for p in self.dir.iterdir() if (m := _PART.match(p.name))]
-                self._next = max(found, default=-1) + 1
-            number = self._next
-            self._next += 1
-            return number
-
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """One output as a part file of its own (callers that hold whole batches use ``write_batch``)."""
         self.write_batch([key], out[np.newaxis])
@@ -201,7 +192,7 @@ class ParquetSinkImpl:
                     {CRC_KEY: b" ".join(sums[j] for j in keep)} if len(sums) == len(keys) else None)
                 with tmp.open("wb") as f:
                     pq.write_table(kept, f, row_group_size=self.row_group_size)
-            tmp.replace(self.dir / f"part-{self._take_number():05d}.parquet")
+            tmp.replace(self.dir / f"part-{self._numbers.take():05d}.parquet")
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

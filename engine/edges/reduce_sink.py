@@ -51,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from warpdeck.engine.edges.sinks import TMP_SUFFIX
+from warpdeck.engine.edges.sinks import TMP_SUFFIX, PartNumbers, open_tmp
 
 __all__ = ["ACC_PREFIX", "CRC_NAME", "KEYS_NAME", "PARTIAL_GLOB", "Acc", "BadPartial", "Combines",
            "KeyFoldedTwice", "ReduceSinkImpl", "read_partial"]
@@ -227,7 +227,7 @@ class ReduceSinkImpl:
         self._calls = itertools.count()
         """Numbers this process's own writes' temp names (sink threads write at once)."""
         self._lock = threading.Lock()
-        self._next: int | None = None
+        self._numbers = PartNumbers(directory, _PARTIAL)
         self._part_of: dict[str, Path] | None = None
         """The partial each landed key is in (present when the run began), once read."""
         self._keys_of: dict[Path, tuple[str, ...]] = {}
@@ -307,15 +307,6 @@ class ReduceSinkImpl:
             self._scan()
         return n
 
-    def _take_number(self) -> int:
-        with self._lock:
-            if self._next is None:
-                found = [int(m[1]) for p in self.dir.iterdir() if (m := _PARTIAL.match(p.name))]
-                self._next = max(found, default=-1) + 1
-            number = self._next
-            self._next += 1
-            return number
-
     def write(self, key: str, out: npt.NDArray[Any]) -> None:
         """One output as a partial of its own (callers that hold whole batches use ``write_batch``)."""
         self.write_batch([key], out[np.newaxis])
@@ -333,15 +324,10 @@ class ReduceSinkImpl:
         members = _members(keys, self.reducer.combine(None, outputs[: len(keys)]))
         tmp = self.dir / f".partial-staged.npz.{self._pid}-{next(self._calls)}{TMP_SUFFIX}"
         try:
-            try:
-                f = tmp.open("wb")
-            except FileNotFoundError:  # made at the first write, so a refusing disk is an outage
-                self.dir.mkdir(parents=True, exist_ok=True)
-                f = tmp.open("wb")
             # Through a Python file: a full disk raises OSError with its errno (an outage, not a failure).
-            with f:
+            with open_tmp(tmp) as f:
                 np.savez(f, allow_pickle=False, **members)
-            tmp.replace(self.dir / f"partial-{self._take_number():05d}.npz")
+            tmp.replace(self.dir / f"partial-{self._numbers.take():05d}.npz")
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

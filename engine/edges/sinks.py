@@ -35,6 +35,7 @@ again.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import zlib
 from collections.abc import Callable, Collection, Sequence
@@ -47,14 +48,66 @@ import numpy.typing as npt
 from warpdeck.engine.edges.config import CallableSink, NpyDirSink, NullSink, ParquetSink, resolve_target
 from warpdeck.engine.edges.sources import SAFE_KEY
 
-__all__ = ["CHECKSUMS", "TMP_SUFFIX", "BatchWriter", "CallableBatchSinkImpl", "CallableSinkImpl", "DurableSink",
-           "NpyDirSinkImpl", "NullSinkImpl", "RowsWriter", "Sink", "Staged", "StagingSink", "batch_writer", "open_sink",
-           "rejected_outputs", "rows_writer", "settle", "sink_describes"]
+__all__ = [
+    "CHECKSUMS",
+    "TMP_SUFFIX",
+    "BatchWriter",
+    "CallableBatchSinkImpl",
+    "CallableSinkImpl",
+    "DurableSink",
+    "NpyDirSinkImpl",
+    "NullSinkImpl",
+    "PartNumbers",
+    "RowsWriter",
+    "Sink",
+    "Staged",
+    "StagingSink",
+    "batch_writer",
+    "open_sink",
+    "open_tmp",
+    "rejected_outputs",
+    "rows_writer",
+    "settle",
+    "sink_describes",
+]
 
 TMP_SUFFIX = ".tmp"
 CHECKSUMS = ".warpdeck-checksums"
 """The npy sink's record of each landed output's checksum, in its directory."""
 _CRC_DIGITS = 8
+
+
+def open_tmp(tmp: Path) -> BinaryIO:
+    """Open a sink's temp file for writing, making its directory at the first write: a disk that
+    refuses the directory then fails a write (an outage), not the run's start."""
+    try:
+        return tmp.open("wb")
+    except FileNotFoundError:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        return tmp.open("wb")
+
+
+class PartNumbers:
+    """The numbers of a sink's numbered files (``part-00000.parquet``, ``partial-00000.npz``): each
+    taken once, from any sink thread, continuing after the highest already in the directory (looked
+    at on the first take, under the run directory's lock), so a resumed run never reuses one."""
+
+    def __init__(self, directory: Path, name: re.Pattern[str]) -> None:
+        self._dir = directory
+        self._name = name
+        """Matches a numbered file's name; its first group is the number."""
+        self._lock = threading.Lock()
+        self._next: int | None = None
+
+    def take(self) -> int:
+        """The next free number."""
+        with self._lock:
+            if self._next is None:
+                found = [int(m[1]) for p in self._dir.iterdir() if (m := self._name.match(p.name))]
+                self._next = max(found, default=-1) + 1
+            number = self._next
+            self._next += 1
+            return number
 
 
 class Sink(Protocol):
@@ -221,12 +274,7 @@ class NpyDirSinkImpl:
     def _write_tmp(self, tmp: Path, out: npt.NDArray[Any]) -> int:
         """Write ``out`` to ``tmp``; the CRC-32 of the file's bytes."""
         try:
-            try:
-                f = tmp.open("wb")
-            except FileNotFoundError:  # made at the first write, so a refusing disk is an outage
-                self.dir.mkdir(parents=True, exist_ok=True)
-                f = tmp.open("wb")
-            with f:
+            with open_tmp(tmp) as f:
                 writer = _PlainWriter(f)
                 np.lib.format.write_array(writer, np.ascontiguousarray(out), allow_pickle=False)
         except BaseException:
