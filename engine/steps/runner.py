@@ -13,14 +13,17 @@ The decisions this module protects:
   no one to ask, the run stops at the gate (exit status 7) with what the steps before it produced.
 - A segment that ends other than finished (stopped, an outage, a journal error) ends the run:
   the same command again resumes it.
+- An embedded broker (``--broker embedded``) is started once for the whole run, so every step's
+  engine is at one address.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from warpdeck.engine.backends.base import Backend
+from warpdeck.engine.control.broker import EmbeddedBroker
 from warpdeck.engine.control.plane import ControlSettings
 from warpdeck.engine.edges.config import PipelineSpec, resolve_target
 from warpdeck.engine.edges.journal import spec_identity
@@ -98,7 +102,17 @@ async def run_steps(spec: PipelineSpec, run_dir: Path | str, how: StepRun | None
     without a decision, or a segment that did not finish."""
     if not spec.steps:
         raise ValueError(f"{spec.name}: a spec without steps runs in one engine (run_pipeline)")
-    return await _StepRunner(spec, Path(run_dir), how if how is not None else StepRun()).run()
+    how = how if how is not None else StepRun()
+    if how.control is None or how.control.broker is not None:
+        return await _StepRunner(spec, Path(run_dir), how).run()
+    # One embedded broker for the whole run, not one per step: the steps' engines meet rooms and
+    # workers at one address.
+    broker = EmbeddedBroker()
+    address = await asyncio.to_thread(broker.start)
+    try:
+        return await _StepRunner(spec, Path(run_dir), replace(how, control=replace(how.control, broker=address))).run()
+    finally:
+        await asyncio.to_thread(broker.stop)
 
 
 class _StepRunner:

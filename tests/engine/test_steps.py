@@ -808,3 +808,12 @@ async def test_a_decision_against_the_one_the_ledger_holds_is_refused(tmp_path: 
     assert rejected.exit_code == ExitStatus.GATE_REJECTED
     with pytest.raises(GateDecided, match="was rejected"):
         await run_steps(spec, run, StepRun(decisions={"norm": GateDecision(decision="approved")}))
+
+
+async def test_an_embedded_broker_is_one_for_the_whole_run(tmp_path: Path, stages: ModuleType) -> None:
+    from warpdeck.engine.control.plane import ControlSettings
+
+    report = await run_steps(spec_of(STATS_NORM), tmp_path / "run", StepRun(control=ControlSettings()))
+    brokers = {s.report.control.broker for s in report.segments if s.report is not None and s.report.control}
+    assert len(brokers) == 1 and next(iter(brokers)).startswith("mqtt://127.0.0.1:")
+    assert all(s.report is not None and s.report.control is not None for s in report.segments)
