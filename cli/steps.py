@@ -37,6 +37,7 @@ from warpdeck.engine.api import (
     StepRun,
     StepsReport,
     not_run,
+    plan_steps,
     result_words,
     run_steps,
 )
@@ -52,9 +53,10 @@ async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console
         console.print(f"note: {UNAUTHENTICATED}", markup=False, highlight=False, soft_wrap=True)
     with stop_signals() as stopping:
 
+        plan = plan_steps(spec)
+
         async def show(engine: Engine, seg: Segment) -> None:
-            console.print(f"step {' + '.join(seg.steps)}" + (" (reduce)" if seg.reduce is not None else ""),
-                          markup=False, highlight=False)
+            console.print(step_line(plan, seg), markup=False, highlight=False)
             await drive(engine, console, live, stopping)
             report = signalled(engine, stopping)
             console.print(summary_table(report))
@@ -65,6 +67,15 @@ async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console
     await asyncio.sleep(0)
     console.print(steps_table(report))
     return report
+
+
+def step_line(plan: tuple[Segment, ...], seg: Segment) -> str:
+    """A segment as it starts: which of how many, what it is, and who waits for it at a barrier."""
+    n = plan.index(seg) + 1
+    what = " + ".join(seg.steps) + (" (reduce)" if seg.reduce is not None else "")
+    waiting = [f"{s.name}{' (gate)' if s.gate else ''}" for s in plan if seg.name in s.after]
+    then = f"; waiting for it at a barrier: {', '.join(waiting)}" if waiting else ""
+    return f"step {n} of {len(plan)}: {what}{then}"
 
 
 def steps_table(report: StepsReport) -> Group:

@@ -48,6 +48,7 @@ def test_a_gate_holds_with_7_and_approve_goes_on_to_the_sink(tmp_path: Path) -> 
         ("spectra", "finished"), ("peak", "finished"), ("write", "held at gate")]
     assert any(line.strip().startswith("max = ") for line in report["gate"]["produced"])
     assert "--approve write" in held.stdout  # how to go on
+    assert "step 2 of 3: peak (reduce); waiting for it at a barrier: write (gate)" in held.stdout
     assert not (tmp_path / "D" / "outputs").exists()
 
     approved = _run(tmp_path, spec, "D", "--json", "approved.json", "--approve", "write", "--note", "ok")
