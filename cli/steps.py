@@ -40,6 +40,7 @@ from warpdeck.engine.api import (
     plan_steps,
     result_words,
     run_steps,
+    step_words,
 )
 
 __all__ = ["gate_lines", "run_steps_command", "run_steps_headless", "say_steps", "steps_command", "steps_table"]
@@ -56,7 +57,7 @@ async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console
         plan = plan_steps(spec)
 
         async def show(engine: Engine, seg: Segment) -> None:
-            console.print(step_line(plan, seg), markup=False, highlight=False)
+            console.print(step_words(plan, seg), markup=False, highlight=False)
             await drive(engine, console, live, stopping)
             report = signalled(engine, stopping)
             console.print(summary_table(report))
@@ -67,15 +68,6 @@ async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console
     await asyncio.sleep(0)
     console.print(steps_table(report))
     return report
-
-
-def step_line(plan: tuple[Segment, ...], seg: Segment) -> str:
-    """A segment as it starts: which of how many, what it is, and who waits for it at a barrier."""
-    n = plan.index(seg) + 1
-    what = " + ".join(seg.steps) + (" (reduce)" if seg.reduce is not None else "")
-    waiting = [f"{s.name}{' (gate)' if s.gate else ''}" for s in plan if seg.name in s.after]
-    then = f"; waiting for it at a barrier: {', '.join(waiting)}" if waiting else ""
-    return f"step {n} of {len(plan)}: {what}{then}"
 
 
 def steps_table(report: StepsReport) -> Group:

@@ -98,7 +98,7 @@ from warpdeck.engine.state.task_states import (
 )
 from warpdeck.engine.state.task_story import AttemptStory, PhaseTime, StallEpisode, StoryOutcome, seconds_text
 from warpdeck.engine.state.tasks import AttemptOutcome, TaskAttempt
-from warpdeck.engine.steps.plan import Segment, plan_steps
+from warpdeck.engine.steps.plan import Segment, plan_steps, step_words
 from warpdeck.engine.steps.runner import GateAsk, StepRun, run_steps
 
 __all__ = [
@@ -229,6 +229,7 @@ __all__ = [
     "run_steps",
     "seconds_text",
     "select_backend",
+    "step_words",
     "torch_stage",
     "trace_recording",
     "with_plan",

@@ -39,7 +39,7 @@ from warpdeck.engine.state.commands import Command, CommandResult
 from warpdeck.engine.state.report import RunReport
 from warpdeck.engine.state.snapshot import EngineSnapshot, TaskDetail
 from warpdeck.engine.state.step_report import StepsReport
-from warpdeck.engine.steps.plan import Segment
+from warpdeck.engine.steps.plan import Segment, plan_steps, step_words
 from warpdeck.engine.steps.runner import GateAsk, StepRun, run_steps
 
 __all__ = ["HostedEngine"]
@@ -53,6 +53,7 @@ class _Watcher:
     on_snapshot: Callable[[EngineSnapshot], object]
     on_end: Callable[[RunReport | None, str], object]
     on_gate: Callable[[GateAsk | None], object] | None
+    on_step: Callable[[str], object] | None
 
 
 class HostedEngine:
@@ -80,6 +81,8 @@ class HostedEngine:
         self._engine_options = engine_options
         self.steps_report: StepsReport | None = None
         """A spec with steps: the report of its steps, once the run is over."""
+        self.step = ""
+        """A spec with steps: the step running now, in words (``step_words``); "" before the first."""
         self.gate: GateAsk | None = None
         """The gate the run waits at for an answer (``answer_gate``), None when it waits at none."""
         self._gate_answer: asyncio.Future[GateDecision] | None = None
@@ -106,17 +109,21 @@ class HostedEngine:
 
     def watch(self, on_snapshot: Callable[[EngineSnapshot], object],
               on_end: Callable[[RunReport | None, str], object],
-              on_gate: Callable[[GateAsk | None], object] | None = None) -> None:
+              on_gate: Callable[[GateAsk | None], object] | None = None,
+              on_step: Callable[[str], object] | None = None) -> None:
         """From now on, ``on_snapshot(snapshot)`` for each snapshot (first the newest there is), and
         ``on_end(report, error)`` once when the run is over (at once if it is); a spec with steps:
         ``on_gate(ask)`` when the run waits at a gate (at once if it does), ``on_gate(None)`` once it
-        no longer does. All are called on the engine's thread, or on the caller's for what was there
-        already: hand the value on."""
-        watcher = _Watcher(on_snapshot, on_end, on_gate)
+        no longer does, and ``on_step(words)`` as each step starts. All are called on the engine's
+        thread, or on the caller's for what was there already: hand the value on."""
+        watcher = _Watcher(on_snapshot, on_end, on_gate, on_step)
         with self._lock:
             self._watchers.append(watcher)
             ended = self._ended
             gate = self.gate
+            step = self.step
+        if step and on_step is not None:
+            on_step(step)
         if (latest := self.latest) is not None:
             on_snapshot(latest)
         if gate is not None and on_gate is not None:
@@ -228,8 +235,17 @@ class HostedEngine:
             raise ValueError("a spec with steps runs in a run directory (its ledger and each step's journal)")
         options = self._engine_options
 
-        async def drive(engine: Engine, _seg: Segment) -> None:
+        plan = plan_steps(self.spec)
+
+        async def drive(engine: Engine, seg: Segment) -> None:
             self._engine = engine
+            words = step_words(plan, seg)
+            with self._lock:
+                self.step = words
+                watchers = list(self._watchers)
+            for w in watchers:
+                if w.on_step is not None:
+                    w.on_step(words)
             engine.publisher.subscribe(self._publish)
             self._ready.set()
             await self._until_done_or_stopped(engine, stopping)

@@ -38,7 +38,7 @@ from warpdeck.tui.filtering import FilterError, TaskFilter
 from warpdeck.tui.keygate import KeyGate, KeyRouted
 from warpdeck.tui.keymap import bindings
 from warpdeck.tui.link import Link
-from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StreamEnded
+from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StepStarted, StreamEnded
 from warpdeck.tui.operations import COMMAND_KEYS, SCREENS, asks_first, operation
 from warpdeck.tui.palette import KeyCommands
 from warpdeck.tui.screens.board import BoardScreen
@@ -305,6 +305,9 @@ class WarpdeckApp(CommandMode, App[int]):
         label = self.link.label
         if label:  # a replay at the end of its file: it stays on screen, and says it has ended
             self.readonly_note = f"{label} · end of recording"
+
+    def on_step_started(self, message: StepStarted) -> None:
+        self.notify(message.words, title="step", timeout=10)
 
     def on_gate_asked(self, message: GateAsked) -> None:
         self.gate = message.ask

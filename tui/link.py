@@ -29,7 +29,7 @@ from warpdeck.engine.api import (
     PipelineSpec,
     TaskDetail,
 )
-from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StreamEnded
+from warpdeck.tui.messages import EngineStopped, GateAsked, SnapshotArrived, StepStarted, StreamEnded
 
 __all__ = ["EngineLink", "Link", "SentCommand", "StreamLink"]
 
@@ -131,7 +131,7 @@ class EngineLink(_Refusals):
         self.open()
         self.engine.watch(lambda snap: post(SnapshotArrived(snap)),
                           lambda report, error: post(EngineStopped(report, error)),
-                          lambda ask: post(GateAsked(ask)))
+                          lambda ask: post(GateAsked(ask)), lambda words: post(StepStarted(words)))
 
     def answer_gate(self, decision: GateDecision) -> bool:
         return not self.readonly and self.engine.answer_gate(decision)

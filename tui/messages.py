@@ -14,7 +14,7 @@ from textual.message import Message
 from warpdeck.engine.api import EngineSnapshot, GateAsk, RunReport
 from warpdeck.tui.worker_changes import same_workers
 
-__all__ = ["EngineStopped", "GateAsked", "SnapshotArrived", "StreamEnded"]
+__all__ = ["EngineStopped", "GateAsked", "SnapshotArrived", "StepStarted", "StreamEnded"]
 
 
 class SnapshotArrived(Message):
@@ -49,3 +49,11 @@ class GateAsked(Message):
     def __init__(self, ask: GateAsk | None) -> None:
         super().__init__()
         self.ask = ask
+
+
+class StepStarted(Message):
+    """A run of steps began a step (``words``: which, and who waits for it at a barrier)."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__()
+        self.words = words

@@ -23,7 +23,7 @@ from typing import Any
 from warpdeck.engine.edges.config import NpyDirSink, NpyDirSource, NullSink, ParquetSink, PipelineSpec
 from warpdeck.engine.edges.step_spec import ReduceSpec, StageSpec, StepSpec
 
-__all__ = ["Segment", "plan_steps", "segment_dir", "segment_spec", "unchanged"]
+__all__ = ["Segment", "plan_steps", "segment_dir", "segment_spec", "step_words", "unchanged"]
 
 _UNCHANGED = "warpdeck.engine.steps.plan:unchanged"
 
@@ -129,6 +129,14 @@ def _in_order(segments: list[Segment]) -> tuple[Segment, ...]:
         done.append(ready)
         left.remove(ready)
     return tuple(done)
+
+
+def step_words(plan: tuple[Segment, ...], seg: Segment) -> str:
+    """A segment as it starts, in words: which of how many, what it is, and which wait for it at a barrier."""
+    what = " + ".join(seg.steps) + (" (reduce)" if seg.reduce is not None else "")
+    waiting = [f"{s.name}{' (gate)' if s.gate else ''}" for s in plan if seg.name in s.after]
+    then = f"; waiting for it at a barrier: {', '.join(waiting)}" if waiting else ""
+    return f"step {plan.index(seg) + 1} of {len(plan)}: {what}{then}"
 
 
 def segment_dir(run_dir: Path, segment: Segment) -> Path:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from textual.widgets import Button, Input
-from wd_tui import asking, burst, note_ids, notes_since, until
+from wd_tui import asking, burst, note_ids, notes, notes_since, until
 
 from warpdeck.engine.api import parse_spec
 from warpdeck.tui.app import WarpdeckApp
@@ -37,6 +37,7 @@ async def test_a_gate_approved_in_the_room_with_a_note_runs_the_step(tmp_path: P
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.gate is not None)
         assert app.gate.step == "write" and any("stats" in line for line in app.gate.produced)
+        assert "step 1 of 2: stats (reduce); waiting for it at a barrier: write (gate)" in notes(app)
         burst(app, "a")
         await until(pilot, lambda: isinstance(app.screen, GateScreen))
         assert any("max =" in str(label.render()) for label in app.screen.query("Label"))
