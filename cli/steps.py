@@ -32,6 +32,7 @@ from warpdeck.engine.api import (
     LedgerError,
     PipelineSpec,
     RunDirError,
+    RunReport,
     Segment,
     SpecError,
     StepRun,
@@ -59,11 +60,18 @@ async def run_steps_headless(spec: PipelineSpec, run_dir: Path, console: Console
         async def show(engine: Engine, seg: Segment) -> None:
             console.print(step_words(plan, seg), markup=False, highlight=False)
             await drive(engine, console, live, stopping)
-            report = signalled(engine, stopping)
-            console.print(summary_table(report))
 
-        how = StepRun(decisions=decisions, drive=show, reported=lambda engine: signalled(engine, stopping),
-                      retry_failed=retry_failed, control=control)
+        def reported(engine: Engine) -> RunReport:
+            """The step's report once its engine closed (a signal's stop included), and its summary."""
+            if engine.report is None:  # left before its run began
+                report = not_run(engine.spec.name, stopped_by="signal" if stopping.is_set() else "")
+            else:
+                report = signalled(engine, stopping)
+            console.print(summary_table(report))
+            return report
+
+        how = StepRun(decisions=decisions, drive=show, reported=reported, retry_failed=retry_failed,
+                      control=control)
         report = await run_steps(spec, run_dir, how)
     await asyncio.sleep(0)
     console.print(steps_table(report))

@@ -132,3 +132,35 @@ def test_normalise_classify_runs_on_images(tmp_path: Path) -> None:
     assert probs.shape == (n, 10) and probs.dtype == np.float32
     assert (probs >= 0).all()
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_sigint_in_a_step_stops_the_run_with_4_and_the_same_command_finishes_it(tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    text = (EXAMPLES / "spectra-gate.toml").read_text(encoding="utf-8").replace("count = 2000\n", "count = 4000\n")
+    spec = tmp_path / "spectra-gate.toml"
+    spec.write_text(text, encoding="utf-8")
+    run_dir, report = tmp_path / "D", tmp_path / "stopped.json"
+    cmd = [sys.executable, "-m", "warpdeck.cli", "run", str(spec), "--headless", "--broker", "none", "--run-dir",
+           str(run_dir), "--json", str(report)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs = run_dir / "steps" / "spectra" / "outputs"
+    end = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < end:
+        if outputs.is_dir() and sum(1 for _ in outputs.glob("*.npy")) >= 100:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before the signal"
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err  # stopped: the same command resumes
+    stopped = _json(report)
+    assert [s["status"] for s in stopped["segments"]] == ["stopped", "not started", "not started"]
+    assert stopped["segments"][0]["report"]["stopped_by"] == "signal"
+    assert "spectra-gate.spectra stopped" in out
+    done = _run(tmp_path, spec, str(run_dir), "--approve", "write")
+    assert done.returncode == 0, done.stderr
+    assert sum(1 for _ in (run_dir / "outputs").glob("*.npy")) == 4000
