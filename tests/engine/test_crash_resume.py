@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from wd_inotify import RenameWatch
+from wd_inotify import RenameWatch, assert_outputs_as_reference
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 N = 800
@@ -142,15 +142,7 @@ def test_twenty_kills_then_resume_gives_the_uninterrupted_outputs_each_written_o
     assert ref.returncode == 0, ref_err.decode()
     elapsed = time.perf_counter() - t_start
 
-    names = sorted(_outputs(out))
-    assert names == sorted(_outputs(ref_out)) and len(names) == N
-    for name in names:
-        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
-    assert not watch.overflowed
-    twice = {n: c for n, c in watch.counts.items() if c != 1}
-    assert not twice, f"outputs renamed into place more than once: {twice}"
-    assert set(watch.counts) == set(names)
-    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temp files left
+    assert_outputs_as_reference(out, ref_out, watch, N)
 
     with sqlite3.connect(run_dir / "journal.sqlite") as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

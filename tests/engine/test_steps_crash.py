@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from wd_inotify import RenameWatch
+from wd_inotify import RenameWatch, assert_outputs_as_reference
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 N = 800
@@ -155,15 +155,7 @@ def test_kills_through_map_reduce_and_gate_then_resume_give_the_uninterrupted_ru
     ref_err = ref.communicate(timeout=120)[1]
     assert ref.returncode == 0, ref_err.decode()
 
-    names = sorted(_outputs(out))
-    ref_out = ref_dir / "outputs"
-    assert names == sorted(_outputs(ref_out)) and len(names) == N
-    for name in names:
-        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
-    assert not watch.overflowed
-    twice = {n: c for n, c in watch.counts.items() if c != 1}
-    assert not twice, f"outputs renamed into place more than once: {twice}"
-    assert set(watch.counts) == set(names)
+    assert_outputs_as_reference(out, ref_dir / "outputs", watch, N)
     temps = [p for p in run_dir.rglob(".*") if p.is_file() and p.name.endswith(".tmp")]
     assert temps == []
 

@@ -53,3 +53,17 @@ class RenameWatch:
     def close(self) -> None:
         """Stop watching."""
         os.close(self.fd)
+
+
+def assert_outputs_as_reference(out: Path, ref_out: Path, watch: RenameWatch, n: int) -> None:
+    """``out`` holds the ``n`` outputs of an uninterrupted run's ``ref_out``, byte for byte, each
+    renamed into place exactly once as ``watch`` saw it, and no temp file (a dot name) is left."""
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert names == sorted(p.name for p in ref_out.iterdir() if not p.name.startswith(".")) and len(names) == n
+    for name in names:
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    assert not watch.overflowed
+    twice = {name: c for name, c in watch.counts.items() if c != 1}
+    assert not twice, f"outputs renamed into place more than once: {twice}"
+    assert set(watch.counts) == set(names)
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temp files left
